@@ -1,0 +1,93 @@
+"""Attention monitors, weight side: the QK bilinear form M_j and its increment, per head.
+
+Inputs follow the layout convention: ``wq`` [H, h, d], ``wk`` [G, h, d] (float32 or float64) and
+``kv_index`` [H] (query head j reads key head kv_index[j]).  Nothing d x d is ever formed: every
+spectrum comes from h x h or 2h x 2h Gram blocks (``ckptscan.linalg``):
+
+    M_j  = Wq_j^T Wk_g                    sigma^2(M_j)  = eig(G(Wq_j) G(Wk_g))
+    D2   = dWq^T Wk + Wq^T dWk = A B^T    A = [dWq^T, Wq^T],  B = [Wk^T, dWk^T]
+                                          sigma^2(D2)   = eig(A^T A  B^T B), with 2h x 2h blocks
+    D3   = dWq^T dWk                      ||D3||_F^2    = tr(G(dWq) G(dWk))
+
+(W at t-1, dW = W(t) - W(t-1), G(X) = X X^T).  The Gram blocks are computed in the input dtype and
+the small cores in float64.  dW is formed by subtracting the stored values (exact for bf16 weights
+held in float32), so no block is ever recovered by cancellation.  The Grams of a checkpoint's own
+weights (``Grams``) are computed once and reused as the "t-1" blocks of the next pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ckptscan.linalg import gram, psd_product_eigvals, spectral_entropy, stable_rank
+
+
+@dataclass
+class Grams:
+    """G(Wq_j) [H, h, h] and G(Wk_g) [G, h, h] of one checkpoint's layer."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+
+    @classmethod
+    def of(cls, wq: torch.Tensor, wk: torch.Tensor) -> "Grams":
+        return cls(gram(wq), gram(wk))
+
+
+def single_monitors(g: Grams, kv_index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Monitors of one checkpoint's M_j, each [H] (float64)."""
+    s2 = psd_product_eigvals(g.q, g.k.index_select(0, kv_index.to(g.k.device)))
+    return {
+        "M.entropy1": spectral_entropy(s2, 1.0),
+        "M.entropy2": spectral_entropy(s2, 2.0),
+        "M.stable_rank": stable_rank(s2),
+        "M.spectral_norm": s2[..., 0].sqrt(),
+    }
+
+
+def pair_monitors(
+    wq0: torch.Tensor,
+    wk0: torch.Tensor,
+    wq1: torch.Tensor,
+    wk1: torch.Tensor,
+    kv_index: torch.Tensor,
+    g0: Grams | None = None,
+) -> dict[str, torch.Tensor]:
+    """Monitors of the increment from checkpoint t-1 (``*0``) to t (``*1``), each [H] (float64).
+
+    ``g0``: the Grams of (wq0, wk0) if already computed (they are, for the previous checkpoint).
+    """
+    if g0 is None:
+        g0 = Grams.of(wq0, wk0)
+    dq = wq1 - wq0
+    dk = wk1 - wk0
+    g_dq, c_q = gram(dq), dq @ wq0.mT  # [H, h, h]: G(dWq_j), dWq_j Wq_j^T
+    g_dk, c_k = gram(dk), wk0 @ dk.mT  # [G, h, h]: G(dWk_g), Wk_g dWk_g^T
+    # A^T A = G([dWq_j; Wq_j]) and B^T B = G([Wk_g; dWk_g]) assembled from the blocks
+    ga = torch.cat([torch.cat([g_dq, c_q], -1), torch.cat([c_q.mT, g0.q], -1)], -2)
+    gb_kv = torch.cat([torch.cat([g0.k, c_k], -1), torch.cat([c_k.mT, g_dk], -1)], -2)
+    idx = kv_index.to(gb_kv.device)
+    s2 = psd_product_eigvals(ga, gb_kv.index_select(0, idx))
+
+    g_dk_q = g_dk.index_select(0, idx).double()
+    d2_fro = s2.sum(-1).sqrt()
+    d3_fro = (g_dq.double() * g_dk_q).sum((-2, -1)).clamp_min(0).sqrt()  # tr(G_dq G_dk), symmetric
+    q_ratio = (_trace(g_dq) / _trace(g0.q)).sqrt()
+    k_ratio = (_trace(g_dk) / _trace(g0.k)).sqrt().index_select(0, idx)
+    nan = torch.full_like(d2_fro, float("nan"))
+    return {
+        "D2.entropy1": spectral_entropy(s2, 1.0),
+        "D2.entropy2": spectral_entropy(s2, 2.0),
+        "D2.stable_rank": stable_rank(s2),
+        "D2.fro": d2_fro,
+        "D3.fro": d3_fro,
+        "D3_over_D2": torch.where(d2_fro > 0, d3_fro / d2_fro, nan),
+        "q.update_ratio": q_ratio,
+        "k.update_ratio": k_ratio,
+    }
+
+
+def _trace(g: torch.Tensor) -> torch.Tensor:
+    return g.double().diagonal(dim1=-2, dim2=-1).sum(-1)

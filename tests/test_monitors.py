@@ -1,0 +1,122 @@
+"""Weight-side monitors against the slow reference (materialised d x d matrices, full SVD)."""
+
+import numpy as np
+import pytest
+import torch
+
+from ckptscan.linalg import lowrank_sq_singular_values, psd_product_eigvals, spectral_entropy, stable_rank
+from ckptscan.monitors import attention, router
+from ckptscan.monitors.attention import Grams
+from tests.reference import attention_reference, entropy_from_sv, router_reference, sv
+
+
+def _weights(H, G, h, d, dtype, seed=0, scale=1e-2, lowrank_update=False):
+    g = torch.Generator().manual_seed(seed)
+    wq0 = torch.randn(H, h, d, generator=g, dtype=torch.float64)
+    wk0 = torch.randn(G, h, d, generator=g, dtype=torch.float64)
+    if lowrank_update:  # a rank-one update shared by all heads: the low-precision signature
+        u = torch.randn(h, 1, generator=g, dtype=torch.float64)
+        v = torch.randn(1, d, generator=g, dtype=torch.float64)
+        dq = scale * (u @ v).expand(H, h, d)
+    else:
+        dq = scale * torch.randn(H, h, d, generator=g, dtype=torch.float64)
+    dk = scale * torch.randn(G, h, d, generator=g, dtype=torch.float64)
+    return [t.to(dtype) for t in (wq0, wk0, wq0 + dq, wk0 + dk)]
+
+
+def _check(got: dict, ref: dict, rtol: float, atol: float = 0.0):
+    assert set(ref) <= set(got), set(ref) - set(got)
+    for k, r in ref.items():
+        np.testing.assert_allclose(got[k].double().numpy(), r, rtol=rtol, atol=atol, err_msg=k)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-8), (torch.float32, 1e-4)])
+@pytest.mark.parametrize("shape", [(4, 2, 8, 48), (6, 6, 4, 20), (4, 1, 8, 40)])  # GQA, MHA, MQA
+def test_attention_monitors_match_full_svd(dtype, rtol, shape):
+    H, G, h, d = shape
+    wq0, wk0, wq1, wk1 = _weights(H, G, h, d, dtype)
+    kv = torch.arange(H) // (H // G)
+    got = attention.single_monitors(Grams.of(wq1, wk1), kv)
+    got.update(attention.pair_monitors(wq0, wk0, wq1, wk1, kv, Grams.of(wq0, wk0)))
+    ref = attention_reference(wq0.double(), wk0.double(), wq1.double(), wk1.double())
+    _check(got, ref, rtol)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-8), (torch.float32, 1e-4)])
+def test_low_rank_update_collapses_d2_entropy_and_matches_reference(dtype, rtol):
+    H, G, h, d = 4, 2, 8, 64
+    full = _weights(H, G, h, d, dtype, seed=1)
+    low = _weights(H, G, h, d, dtype, seed=1, lowrank_update=True)
+    kv = torch.arange(H) // 2
+    e_full = attention.pair_monitors(*full, kv)["D2.entropy2"]
+    got = attention.pair_monitors(*low, kv)
+    ref = attention_reference(*(t.double() for t in low))
+    _check(got, {k: v for k, v in ref.items() if k.startswith("D")}, rtol)
+    assert (got["D2.entropy2"] < e_full - 0.1).all()
+
+
+def test_bf16_weights_give_reference_values_within_float32_tolerance():
+    H, G, h, d = 4, 2, 16, 64
+    wq0, wk0, wq1, wk1 = (t.to(torch.bfloat16) for t in _weights(H, G, h, d, torch.float32, scale=5e-2))
+    f32 = [t.float() for t in (wq0, wk0, wq1, wk1)]
+    kv = torch.arange(H) // 2
+    got = attention.pair_monitors(*f32, kv)
+    ref = attention_reference(*(t.double() for t in f32))
+    _check(got, {k: v for k, v in ref.items() if k.startswith(("D", "q.", "k."))}, 1e-4)
+
+
+def test_zero_update_gives_nan_entropy_not_a_crash():
+    H, G, h, d = 2, 1, 4, 16
+    wq0, wk0, _, _ = _weights(H, G, h, d, torch.float32)
+    got = attention.pair_monitors(wq0, wk0, wq0.clone(), wk0.clone(), torch.zeros(H, dtype=torch.long))
+    assert torch.isnan(got["D2.entropy2"]).all()
+    assert (got["D2.fro"] == 0).all() and (got["q.update_ratio"] == 0).all()
+
+
+def test_zero_weights_single_monitors_are_nan_not_crash():
+    z = torch.zeros(2, 4, 16)
+    got = attention.single_monitors(Grams.of(z, z[:1]), torch.zeros(2, dtype=torch.long))
+    assert torch.isnan(got["M.entropy2"]).all()
+    assert (got["M.spectral_norm"] == 0).all()
+
+
+def test_lowrank_sq_singular_values_matches_svd():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(3, 50, 6, generator=g, dtype=torch.float64)
+    b = torch.randn(3, 50, 6, generator=g, dtype=torch.float64)
+    got = lowrank_sq_singular_values(a, b)
+    for i in range(3):
+        ref = sv((a[i] @ b[i].T).numpy())[:6] ** 2
+        np.testing.assert_allclose(got[i].numpy(), ref, rtol=1e-9)
+
+
+def test_psd_product_eigvals_rank_deficient_falls_back():
+    """A Gram with zero columns (a zero update) cannot be Cholesky-factored; the fallback must agree."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.cat([torch.randn(30, 2, generator=g, dtype=torch.float64), torch.zeros(30, 3, dtype=torch.float64)], 1)
+    b = torch.randn(30, 5, generator=g, dtype=torch.float64)
+    got = psd_product_eigvals(a.T @ a, b.T @ b)
+    ref = sv(a.numpy() @ b.numpy().T)[:5] ** 2
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-8, atol=1e-10 * ref[0])
+
+
+def test_entropy_edge_cases():
+    flat = torch.ones(1, 8, dtype=torch.float64)
+    one = torch.tensor([[1.0, 0, 0, 0]], dtype=torch.float64)
+    assert spectral_entropy(flat, 2.0).item() == pytest.approx(1.0)
+    assert spectral_entropy(one, 1.0).item() == pytest.approx(0.0)
+    assert stable_rank(flat).item() == pytest.approx(8.0)
+    s = np.array([3.0, 2.0, 1.0, 0.5])
+    assert spectral_entropy(torch.from_numpy(s[None] ** 2), 1.0).item() == pytest.approx(entropy_from_sv(s, 1, 4))
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-8), (torch.float32, 1e-4)])
+def test_router_monitors_match_reference(dtype, rtol):
+    g = torch.Generator().manual_seed(5)
+    w0 = torch.randn(8, 40, generator=g, dtype=torch.float64) + 0.5
+    w1 = w0 + 0.05 * torch.randn(8, 40, generator=g, dtype=torch.float64)
+    got = router.single_monitors(w1.to(dtype))
+    got.update(router.pair_monitors(w0.to(dtype), w1.to(dtype)))
+    ref = router_reference(w0.to(dtype).double().numpy(), w1.to(dtype).double().numpy())
+    for k, r in ref.items():
+        assert got[k].item() == pytest.approx(r, rel=rtol), k
