@@ -1,0 +1,216 @@
+"""PyTorch Distributed Checkpoint (DCP) folders: ``.metadata`` + ``__<rank>_<n>.distcp`` files.
+
+Read without a process group and without loading the checkpoint: ``.metadata`` is a pickle of
+``torch.distributed.checkpoint.metadata.Metadata`` (``FileSystemWriter.finish`` in
+torch/distributed/checkpoint/filesystem.py).  It is unpickled with an allow-list of the DCP metadata
+classes, ``torch.Size``, dtypes and paths (:class:`_MetadataUnpickler`); anything else is refused, so a
+crafted ``.metadata`` cannot run code.
+
+Each tensor is described by ``TensorStorageMetadata`` (dtype, global size, chunks with offsets/sizes);
+``storage_data`` maps ``MetadataIndex(fqn, chunk offset)`` to ``_StorageInfo(relative_path, offset,
+length)``.  With the default torch_save serialization the bytes at ``offset`` are one ``torch.save``'d
+chunk, loaded here with ``torch.load(weights_only=True)``; the chunks of a sharded tensor are pasted
+into the full tensor.  Only the wanted tensor's bytes are read.  Nested state dicts appear flattened
+with dot-joined names (DCP does that on save).  Non-tensor entries (``BytesStorageMetadata``) are not
+listed.  Not supported (clear FormatError): storage transforms/extensions (e.g. compression), the
+safetensors-serialized variant, and per-rank ``__<rank>.metadata`` files without a global ``.metadata``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+from pathlib import Path
+from types import ModuleType
+from typing import Self
+
+import torch
+
+from ckptscan.errors import FormatError
+from ckptscan.readers._common import dtype_name, file_size, open_binary, safe_member
+from ckptscan.readers.base import TensorInfo
+
+METADATA_FILE = ".metadata"
+
+_DCP_META = "torch.distributed.checkpoint.metadata"
+_ALLOWED: dict[str, set[str]] = {
+    _DCP_META: {
+        "Metadata",
+        "TensorStorageMetadata",
+        "ChunkStorageMetadata",
+        "TensorProperties",
+        "BytesStorageMetadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo", "_StoragePrefix"},
+    # Older torch releases kept TensorProperties here.
+    "torch.distributed._shard.sharded_tensor.metadata": {"TensorProperties", "MEM_FORMAT_ENCODING"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},  # dtypes are checked separately below
+    "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
+    "pathlib._local": {"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Resolves only the globals a DCP ``.metadata`` pickle legitimately contains."""
+
+    def __init__(self, file: io.BufferedIOBase, path: Path):
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> object:
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if name in _ALLOWED.get(module, ()):
+            return super().find_class(module, name)
+        raise FormatError(
+            f"refusing DCP metadata: it references {module}.{name}, not a DCP metadata class", self._path
+        )
+
+
+def _dcp_metadata_module(path: Path) -> ModuleType:
+    """torch's DCP metadata module, imported on first use (it is slow to import and rarely needed)."""
+    if not torch.distributed.is_available():
+        raise FormatError("this torch build has no torch.distributed, needed to read DCP metadata", path)
+    from torch.distributed.checkpoint import filesystem as _fs  # noqa: F401  (defines _StorageInfo)
+    from torch.distributed.checkpoint import metadata as dcp_meta
+
+    return dcp_meta
+
+
+def load_metadata(folder: Path) -> object:
+    """Unpickle ``folder/.metadata`` safely; returns torch's ``Metadata`` object."""
+    path = folder / METADATA_FILE
+    dcp_meta = _dcp_metadata_module(path)
+
+    with open_binary(path) as f:
+        try:
+            meta = _MetadataUnpickler(f, path).load()
+        except FormatError:
+            raise
+        except Exception as err:
+            raise FormatError(f"unreadable DCP metadata ({type(err).__name__}: {err})", path) from err
+    if not isinstance(meta, dcp_meta.Metadata) or not isinstance(meta.state_dict_metadata, dict):
+        raise FormatError("not a DCP Metadata pickle", path)
+    if not isinstance(meta.storage_data, dict):
+        raise FormatError("DCP metadata has no storage_data (not written by FileSystemWriter?)", path)
+    return meta
+
+
+class DcpSource:
+    """A ``TensorSource`` over a DCP checkpoint folder."""
+
+    def __init__(self, folder: Path):
+        self.path = folder
+        self.format = "dcp"
+        self._meta_path = folder / METADATA_FILE
+        meta = load_metadata(folder)
+        dcp_meta = _dcp_metadata_module(self._meta_path)
+        self._tensors = {
+            fqn: md
+            for fqn, md in meta.state_dict_metadata.items()
+            if isinstance(md, dcp_meta.TensorStorageMetadata)
+        }
+        # (fqn, chunk offsets) -> storage info
+        self._storage = {
+            (idx.fqn, tuple(idx.offset) if idx.offset is not None else None): info
+            for idx, info in meta.storage_data.items()
+        }
+        self._infos: dict[str, TensorInfo] | None = None
+
+    def _storage_info(self, fqn: str, chunk: object) -> object:
+        info = self._storage.get((fqn, tuple(chunk.offsets)))
+        if info is None:
+            raise FormatError(
+                f"tensor {fqn!r}: chunk at offsets {list(chunk.offsets)} has no storage entry",
+                self._meta_path,
+            )
+        return info
+
+    def infos(self) -> dict[str, TensorInfo]:
+        if self._infos is None:
+            out = {}
+            for fqn, md in self._tensors.items():
+                chunks = sorted(md.chunks, key=lambda c: tuple(c.offsets))
+                file = self._storage_info(fqn, chunks[0]).relative_path if chunks else METADATA_FILE
+                out[fqn] = TensorInfo(fqn, tuple(md.size), dtype_name(md.properties.dtype), file)
+            self._infos = out
+        return dict(self._infos)
+
+    def read(self, name: str) -> torch.Tensor:
+        md = self._tensors.get(name)
+        if md is None:
+            raise KeyError(name)
+        size, dtype = tuple(md.size), md.properties.dtype
+        if math.prod(size) == 0:
+            return torch.empty(size, dtype=dtype)
+        covered = 0
+        full: torch.Tensor | None = None
+        for chunk in md.chunks:
+            offs, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
+            if len(offs) != len(size) or any(o < 0 or o + s > d for o, s, d in zip(offs, sizes, size)):
+                raise FormatError(
+                    f"tensor {name!r}: chunk {list(offs)}+{list(sizes)} lies outside {list(size)}",
+                    self._meta_path,
+                )
+            part = self._load_chunk(name, chunk, sizes, dtype)
+            covered += math.prod(sizes)
+            if sizes == size and len(md.chunks) == 1:
+                return part
+            if full is None:
+                full = torch.empty(size, dtype=dtype)
+            full[tuple(slice(o, o + s) for o, s in zip(offs, sizes))] = part
+        if covered != math.prod(size) or full is None:
+            raise FormatError(
+                f"tensor {name!r}: chunks cover {covered} of {math.prod(size)} elements", self._meta_path
+            )
+        return full
+
+    def _load_chunk(
+        self, name: str, chunk: object, sizes: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
+        info = self._storage_info(name, chunk)
+        if getattr(info, "transform_descriptors", None):
+            raise FormatError(
+                f"tensor {name!r}: unsupported DCP storage transform {info.transform_descriptors}",
+                self._meta_path,
+            )
+        path = safe_member(self.path, info.relative_path, self._meta_path)
+        if not path.is_file():
+            raise FormatError(f"checkpoint incomplete: {info.relative_path} missing", self._meta_path)
+        if info.offset < 0 or info.length <= 0 or info.offset + info.length > file_size(path):
+            raise FormatError(
+                f"tensor {name!r}: bytes {info.offset}..{info.offset + info.length} run past the end of the file",
+                path,
+            )
+        with open_binary(path) as f:
+            f.seek(info.offset)
+            raw = f.read(info.length)
+        try:
+            part = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise FormatError(
+                f"tensor {name!r}: chunk at byte {info.offset} is not a torch-saved tensor "
+                f"({type(err).__name__}; safetensors-serialized DCP is not supported)",
+                path,
+            ) from err
+        if not isinstance(part, torch.Tensor) or tuple(part.shape) != sizes or part.dtype != dtype:
+            got = (
+                f"{tuple(part.shape)} {part.dtype}" if isinstance(part, torch.Tensor) else type(part).__name__
+            )
+            raise FormatError(f"tensor {name!r}: stored chunk is {got}, metadata says {sizes} {dtype}", path)
+        return part
+
+    def close(self) -> None:
+        pass  # nothing held open: every read opens, reads and closes its file
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
