@@ -1,0 +1,157 @@
+"""The public Python API: ``analyze(run_dir, ...) -> Result``.  The CLI is a thin shell over this."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ckptscan import __version__
+from ckptscan.discover import Checkpoint, Skipped, discover
+from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INPUT, UsageError
+from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
+from ckptscan.timeline import Timeline, assemble, atomic_write
+
+SCHEMA = "ckptscan/1"
+
+
+@dataclass
+class Result:
+    """What ``analyze`` found.  ``summary`` is the stable JSON object (schema ``ckptscan/1``)."""
+
+    run_dir: Path
+    out_dir: Path
+    summary: dict
+    timeline: Timeline
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> dict:
+        return self.summary["verdict"]
+
+    @property
+    def anomalous(self) -> bool:
+        return bool(self.summary["verdict"]["anomalous"])
+
+    def exit_code(self, fail_on: str = "anomaly") -> int:
+        """0 healthy, 1 anomaly found, 3 input error; ``fail_on`` picks what fails (docs/cli.md)."""
+        if fail_on == "never":
+            return EXIT_HEALTHY
+        if any(s.error for s in self.skipped) and fail_on in ("anomaly", "input-error"):
+            if fail_on == "input-error" or not self.anomalous:
+                return EXIT_INPUT
+        if self.anomalous and fail_on == "anomaly":
+            return EXIT_ANOMALY
+        return EXIT_HEALTHY
+
+    def to_json(self) -> str:
+        return json.dumps(self.summary, indent=2, allow_nan=False, default=_json_default)
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o))
+
+
+def analyze(
+    run_dir: str | Path,
+    *,
+    out_dir: str | Path | None = None,
+    steps: str | None = None,
+    every: int | None = None,
+    step_regex: str | None = None,
+    device: str = "auto",
+    layout_file: str | Path | None = None,
+    trust_pickle: bool = False,
+    replay: bool = True,
+    replay_pattern: str | None = None,
+    log_file: str | Path | None = None,
+    baseline: str | Path | None = None,
+    on_progress: Callable[[int, int, Checkpoint, str], None] | None = None,
+    debug: bool = False,
+    command: list[str] | None = None,
+) -> Result:
+    """Analyse a training run's checkpoints; write the timeline and summary; return the Result.
+
+    Nothing is written inside ``run_dir``: results go to ``out_dir`` (default
+    ``./ckptscan-out/<run-name>/``).  Re-running reuses every unchanged checkpoint's stored part.
+    """
+    t0 = time.time()
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
+    check_out_dir(out, run_dir)
+    if layout_file is not None and not Path(layout_file).is_file():
+        raise UsageError(f"--layout {layout_file}: no such file")
+    ckpts, skipped = discover(run_dir, step_regex=step_regex, steps=steps, every=every)
+    options = Options(
+        device=resolve_device(device),
+        trust_pickle=trust_pickle,
+        layout_file=Path(layout_file) if layout_file else None,
+        replay=replay,
+        replay_pattern=replay_pattern,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+
+    def progress(i, ck, status):
+        if on_progress:
+            on_progress(i, len(ckpts), ck, status)
+
+    results, skipped_run, layout_desc = run_analysis(run_dir, out, ckpts, options, progress, debug)
+    skipped = skipped + skipped_run
+
+    findings = [f for r in results for f in r.findings]
+    meta = {"run": str(run_dir), "layout": layout_desc}
+    timeline = assemble([r.step for r in results], [r.values for r in results], meta)
+    timeline.save(out / "timeline.h5")
+
+    from ckptscan.verdict import judge
+
+    judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline, analyze_kwargs={
+        "steps": steps, "every": every, "step_regex": step_regex, "device": device,
+        "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
+        "replay_pattern": replay_pattern,
+    })
+    summary = {
+        "schema": SCHEMA,
+        "ckptscan_version": __version__,
+        "run": str(run_dir),
+        "out": str(out),
+        "command": command if command is not None else list(sys.argv),
+        "layout": layout_desc,
+        "device": options.device,
+        "checkpoints": {
+            "analyzed": len(results),
+            "reused": sum(r.reused for r in results),
+            "steps": [r.step for r in results],
+            "skipped": [s.as_dict() for s in skipped],
+        },
+        "monitors": timeline.names(),
+        "findings": findings,
+        **judgement,
+        "elapsed_s": round(time.time() - t0, 3),
+    }
+    result = Result(run_dir, out, summary, timeline, skipped)
+    atomic_write(out / "summary.json", result.to_json())
+    return result
+
+
+def load_result(out_dir: str | Path) -> Result:
+    """Re-open a stored result (``ckptscan report``) without recomputing anything."""
+    out = Path(out_dir)
+    summary_path = out / "summary.json"
+    if not summary_path.is_file():
+        raise UsageError(f"{out}: no summary.json here (is this a ckptscan output folder?)")
+    summary = json.loads(summary_path.read_text())
+    timeline = Timeline.load(out / "timeline.h5")
+    skipped = [Skipped(s["path"], s["reason"], s.get("error", True)) for s in summary["checkpoints"]["skipped"]]
+    return Result(Path(summary["run"]), out, summary, timeline, skipped)

@@ -1,0 +1,317 @@
+"""The analysis loop: checkpoints in, per-checkpoint monitor values out (resumable, bounded memory).
+
+For each checkpoint in step order: open it (lazily, memory-mapped), resolve its layout, read the
+q/k (and router) tensors of one block at a time, compute the single-checkpoint monitors and, against
+the previous analysed checkpoint, the increment monitors, and write the checkpoint's part file
+atomically.  What is kept between checkpoints is the previous checkpoint's monitored tensors and
+their small Gram blocks: memory does not grow with the number of checkpoints.
+
+A checkpoint whose part file exists with the same identity (its files' sizes and mtimes, the
+previous checkpoint's identity, the analysis version) is not recomputed; its tensors are read
+again only if the next checkpoint needs them for an increment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ckptscan import monitors as registry
+from ckptscan.discover import Checkpoint, Skipped
+from ckptscan.errors import CkptscanError, InputError, LayoutError
+from ckptscan.layouts import resolve_layout
+from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
+from ckptscan.monitors import attention, router
+from ckptscan.monitors.attention import Grams
+from ckptscan.monitors.numerics import nonfinite_count
+from ckptscan.readers import open_checkpoint
+from ckptscan.timeline import load_part, save_part
+
+# Bump when a monitor's definition changes: old part files are then recomputed.
+ANALYSIS_VERSION = 1
+
+
+@dataclass
+class Options:
+    device: str = "cpu"
+    trust_pickle: bool = False
+    layout_file: Path | None = None
+    replay: bool = True
+    replay_pattern: str | None = None
+
+
+@dataclass
+class _BlockState:
+    """What the next checkpoint's increment needs from this one, for one block."""
+
+    wq: torch.Tensor | None = None
+    wk: torch.Tensor | None = None
+    grams: Grams | None = None
+    router_w: torch.Tensor | None = None
+
+
+@dataclass
+class _Prev:
+    ckpt: Checkpoint
+    identity: dict
+    blocks: dict[tuple[int, str], _BlockState] | None  # None: not loaded (part was reused)
+
+
+@dataclass
+class CheckpointResult:
+    step: int
+    values: dict[str, np.ndarray]  # name -> [L, K]
+    findings: list[dict]
+    reused: bool
+    layout: Layout | None = None
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        from ckptscan.errors import UsageError
+
+        raise UsageError("--device cuda: no CUDA device is available")
+    return device
+
+
+def load_config(ckpt_path: Path, run_dir: Path) -> tuple[dict | None, Path | None]:
+    """config.json of the checkpoint folder, else of the run folder; invalid JSON is an InputError."""
+    folder = ckpt_path if ckpt_path.is_dir() else ckpt_path.parent
+    for cand in (folder / "config.json", run_dir / "config.json"):
+        if cand.is_file():
+            try:
+                cfg = json.loads(cand.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise InputError(f"invalid config.json: {e}", cand) from None
+            if not isinstance(cfg, dict):
+                raise InputError("invalid config.json: not a JSON object", cand)
+            return cfg, cand
+    return None, None
+
+
+def file_identity(src, config_path: Path | None) -> dict:
+    """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
+    folder = Path(src.path)
+    base = folder if folder.is_dir() else folder.parent
+    files = sorted({info.file for info in src.infos().values()})
+    ident = {}
+    for rel in files:
+        p = base / rel if not Path(rel).is_absolute() else Path(rel)
+        try:
+            st = p.stat()
+            ident[rel] = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            ident[rel] = None
+    if config_path is not None:
+        st = config_path.stat()
+        ident["<config>"] = [str(config_path), st.st_size, st.st_mtime_ns]
+    return ident
+
+
+class Analyzer:
+    """Walks checkpoints in order, one at a time; see the module docstring."""
+
+    def __init__(self, run_dir: Path, out_dir: Path, options: Options):
+        self.run_dir = run_dir
+        self.parts_dir = out_dir / "parts"
+        self.opt = options
+        self.device = torch.device(options.device)
+        self.prev: _Prev | None = None
+        self.layout_desc: dict | None = None
+        self.layout_key = None
+        if options.layout_file is not None:
+            self.layout_key = Path(options.layout_file).read_bytes().hex()[:64]
+
+    # -- one checkpoint ---------------------------------------------------------------------
+    def process(self, ckpt: Checkpoint) -> CheckpointResult:
+        """Analyse one checkpoint (or reuse its stored part).  Raises CkptscanError on bad input."""
+        config, config_path = load_config(ckpt.path, self.run_dir)
+        with open_checkpoint(ckpt.path, trust_pickle=self.opt.trust_pickle) as src:
+            identity = {
+                "version": ANALYSIS_VERSION,
+                "files": file_identity(src, config_path),
+                "layout_file": self.layout_key,
+                "prev": self.prev.identity["files"] if self.prev else None,
+                "prev_step": self.prev.ckpt.step if self.prev else None,
+                "replay": self.opt.replay,
+            }
+            part = self.parts_dir / f"step_{ckpt.step:012d}.npz"
+            stored = self._try_reuse(part, identity)
+            infos = src.infos()
+            layout = resolve_layout(infos, config, self.opt.layout_file)
+            if self.layout_desc is None:
+                self.layout_desc = layout.describe()
+            if stored is not None:
+                values, findings, extras = stored
+                self.prev = _Prev(ckpt, identity, None)
+                return CheckpointResult(ckpt.step, values, findings, True, layout, extras)
+
+            prev_blocks = self._prev_blocks(layout)
+            values, findings, blocks = self._compute(src, layout, prev_blocks, ckpt.step)
+            extras: dict[str, np.ndarray] = {}
+            save_part(part, identity, values, extra={"findings": np.frombuffer(json.dumps(findings).encode(), np.uint8), **extras})
+            self.prev = _Prev(ckpt, identity, blocks)
+            return CheckpointResult(ckpt.step, values, findings, False, layout, extras)
+
+    def _try_reuse(self, part: Path, identity: dict):
+        if not part.exists():
+            return None
+        try:
+            ident, values, extras = load_part(part)
+        except ValueError:
+            return None
+        if ident != json.loads(json.dumps(identity)):
+            return None
+        findings = json.loads(bytes(extras.pop("findings")).decode()) if "findings" in extras else []
+        return values, findings, extras
+
+    def _prev_blocks(self, layout: Layout) -> dict[tuple[int, str], _BlockState]:
+        """The previous checkpoint's tensors; re-read from disk if its part was reused."""
+        if self.prev is None:
+            return {}
+        if self.prev.blocks is not None:
+            return self.prev.blocks
+        prev_config, _ = load_config(self.prev.ckpt.path, self.run_dir)
+        try:
+            with open_checkpoint(self.prev.ckpt.path, trust_pickle=self.opt.trust_pickle) as src:
+                prev_layout = resolve_layout(src.infos(), prev_config, self.opt.layout_file)
+                blocks = {}
+                for b in prev_layout.attention:
+                    wq, wk = self._load_attn(b, src)
+                    if _finite(wq, wk):
+                        blocks[(b.layer, b.name)] = _BlockState(wq, wk, Grams.of(wq, wk))
+                for r in prev_layout.routers:
+                    w, _ = self._load_router(r, src)
+                    if _finite(w):
+                        blocks.setdefault((r.layer, "router"), _BlockState()).router_w = w
+        except CkptscanError:
+            return {}
+        return blocks
+
+    def _load_attn(self, b: AttnBlock, src) -> tuple[torch.Tensor, torch.Tensor]:
+        wq, wk = b.load(src.read)
+        return wq.to(self.device, torch.float32), wk.to(self.device, torch.float32)
+
+    def _load_router(self, r: RouterBlock, src) -> tuple[torch.Tensor, torch.Tensor | None]:
+        w, bias = r.load(src.read)
+        return w.to(self.device, torch.float32), (None if bias is None else bias.to(self.device, torch.float32))
+
+    def _compute(self, src, layout: Layout, prev_blocks, step: int):
+        n_layers = layout.n_layers
+        values: dict[str, np.ndarray] = {}
+        findings: list[dict] = []
+        blocks: dict[tuple[int, str], _BlockState] = {}
+        nonfinite = np.zeros((n_layers, 1), dtype=np.float32)
+
+        def put(name: str, layer: int, vec, width: int):
+            arr = values.get(name)
+            if arr is None:
+                arr = values[name] = np.full((n_layers, width), np.nan, dtype=np.float32)
+            v = vec.detach().double().cpu().numpy().reshape(-1)
+            arr[layer, : v.shape[0]] = v
+
+        for b in layout.attention:
+            wq, wk = self._load_attn(b, src)
+            bad = nonfinite_count(wq, wk)
+            nonfinite[b.layer, 0] += bad
+            width = max(x.n_heads for x in layout.attention if x.name == b.name)
+            if bad:
+                findings.append(_overflow(step, b.layer, b.tensors, bad))
+                continue
+            kv = b.kv_index()
+            g = Grams.of(wq, wk)
+            for k, v in attention.single_monitors(g, kv).items():
+                put(f"{b.name}.{k}", b.layer, v, width)
+            p = prev_blocks.get((b.layer, b.name))
+            if p is not None and p.wq is not None and p.wq.shape == wq.shape and p.wk.shape == wk.shape:
+                for k, v in attention.pair_monitors(p.wq, p.wk, wq, wk, kv, p.grams).items():
+                    put(f"{b.name}.{k}", b.layer, v, width)
+            blocks[(b.layer, b.name)] = _BlockState(wq, wk, g)
+
+        for r in layout.routers:
+            w, bias = self._load_router(r, src)
+            bad = nonfinite_count(w, bias)
+            nonfinite[r.layer, 0] += bad
+            if bad:
+                findings.append(_overflow(step, r.layer, r.tensors, bad))
+                continue
+            for k, v in router.single_monitors(w).items():
+                put(f"router.{k}", r.layer, v, 1)
+            p = prev_blocks.get((r.layer, "router"))
+            if p is not None and p.router_w is not None and p.router_w.shape == w.shape:
+                for k, v in router.pair_monitors(p.router_w, w).items():
+                    put(f"router.{k}", r.layer, v, 1)
+            blocks.setdefault((r.layer, "router"), _BlockState()).router_w = w
+
+        values["numerics.nonfinite"] = nonfinite
+        # make sure every registered weight-side series exists (NaN where undefined), so the
+        # timeline has the same columns at every step
+        for name, s in registry.REGISTRY.items():
+            if s.family not in ("attention", "router"):
+                continue
+            if s.family == "router" and not layout.routers:
+                continue
+            width = max((x.n_heads for x in layout.attention if x.name == "attn"), default=1) if s.scope == "head" else 1
+            values.setdefault(name, np.full((n_layers, width), np.nan, dtype=np.float32))
+        return values, findings, blocks
+
+
+def _finite(*ts) -> bool:
+    return nonfinite_count(*ts) == 0
+
+
+def _overflow(step: int, layer: int, tensors, count: int) -> dict:
+    return {"kind": "overflow", "step": step, "layer": layer, "tensors": list(tensors), "nonfinite": int(count)}
+
+
+def run_analysis(
+    run_dir: Path,
+    out_dir: Path,
+    checkpoints: list[Checkpoint],
+    options: Options,
+    on_progress: Callable[[int, Checkpoint, str], None] | None = None,
+    debug: bool = False,
+) -> tuple[list[CheckpointResult], list[Skipped], dict | None]:
+    """Analyse every checkpoint; a checkpoint that cannot be read is skipped with its reason."""
+    an = Analyzer(run_dir, out_dir, options)
+    results: list[CheckpointResult] = []
+    skipped: list[Skipped] = []
+    for i, ck in enumerate(checkpoints):
+        try:
+            res = an.process(ck)
+        except (CkptscanError, LayoutError) as e:
+            if debug:
+                raise
+            skipped.append(Skipped(str(ck.path), e.message if e.path else str(e)))
+            status = "skipped"
+        else:
+            results.append(res)
+            status = "reused" if res.reused else "analysed"
+        if on_progress:
+            on_progress(i, ck, status)
+    return results, skipped, an.layout_desc
+
+
+def default_out_dir(run_dir: Path) -> Path:
+    return Path.cwd() / "ckptscan-out" / run_dir.resolve().name
+
+
+def check_out_dir(out_dir: Path, run_dir: Path) -> None:
+    """Evidence is read-only: the output folder must not be inside the run directory."""
+    from ckptscan.errors import UsageError
+
+    o = out_dir.resolve()
+    r = run_dir.resolve()
+    if o == r or r in o.parents:
+        raise UsageError(f"output folder {out_dir} is inside the run directory {run_dir}: ckptscan never writes there; choose another with -o")
+    if os.path.exists(o) and not os.path.isdir(o):
+        raise UsageError(f"output path {out_dir} exists and is not a folder")

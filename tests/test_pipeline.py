@@ -1,0 +1,171 @@
+"""End to end: analyze() on each reader kind, resume, read-only evidence, bad input mid-run."""
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from ckptscan import analyze
+from ckptscan.cli import main
+from ckptscan.errors import UsageError
+from tests.reference import attention_reference, router_reference
+from tests.runs import TINY, make_run
+
+
+def _tree_hash(root):
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        for f in sorted(filenames):
+            p = os.path.join(dirpath, f)
+            st = os.stat(p)
+            h.update(p.encode())
+            h.update(str((st.st_size, st.st_mtime_ns)).encode())
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+        h.update(str(sorted(dirnames)).encode())
+    return h.hexdigest()
+
+
+def _heads(sd, layer):
+    H, G, h, d = TINY["heads"], TINY["kv_heads"], TINY["head_dim"], TINY["hidden"]
+    q = sd[f"model.layers.{layer}.self_attn.q_proj.weight"].double().reshape(H, h, d)
+    k = sd[f"model.layers.{layer}.self_attn.k_proj.weight"].double().reshape(G, h, d)
+    return q, k
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "sharded", "torch", "dcp"])
+def test_analyze_each_format_matches_reference(tmp_path, fmt):
+    run = make_run(tmp_path / "run", fmt=fmt, n=3, moe=True)
+    res = analyze(run, out_dir=tmp_path / "out", device="cpu")
+    assert res.summary["checkpoints"]["analyzed"] == 3
+    assert list(res.timeline.steps) == [100, 200, 300]
+    # reference from the same weights, read back with an independent loader
+    ref_run = make_run(tmp_path / "ref", fmt="safetensors", n=3, moe=True)
+    sds = [load_file(ref_run / f"checkpoint-{s}" / "model.safetensors") for s in (100, 200, 300)]
+    for layer in range(TINY["layers"]):
+        q0, k0 = _heads(sds[1], layer)
+        q1, k1 = _heads(sds[2], layer)
+        ref = attention_reference(q0, k0, q1, k1)
+        for name in ("M.entropy2", "M.spectral_norm", "D2.entropy2", "D2.entropy1", "D3_over_D2", "q.update_ratio"):
+            got = res.timeline.get(f"attn.{name}")[2, layer, :]
+            np.testing.assert_allclose(got, ref[name], rtol=1e-4, err_msg=f"{fmt} layer {layer} {name}")
+        w0 = sds[1][f"model.layers.{layer}.block_sparse_moe.gate.weight"].numpy()
+        w1 = sds[2][f"model.layers.{layer}.block_sparse_moe.gate.weight"].numpy()
+        rref = router_reference(w0, w1)
+        for name in ("similarity", "W.entropy2", "dW.entropy2", "update_ratio"):
+            assert res.timeline.get(f"router.{name}")[2, layer, 0] == pytest.approx(rref[name], rel=1e-4), name
+    # pair monitors are undefined at the first checkpoint
+    assert np.isnan(res.timeline.get("attn.D2.entropy2")[0]).all()
+
+
+def test_outputs_written_outside_the_run_and_evidence_unchanged(tmp_path):
+    run = make_run(tmp_path / "run", n=3)
+    before = _tree_hash(run)
+    out = tmp_path / "out"
+    res = analyze(run, out_dir=out, device="cpu")
+    assert _tree_hash(run) == before
+    assert (out / "timeline.h5").is_file() and (out / "summary.json").is_file()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["schema"] == "ckptscan/1" and s["checkpoints"]["analyzed"] == 3
+    assert res.summary == s
+    with pytest.raises(UsageError):
+        analyze(run, out_dir=run / "results")
+
+
+def test_rerun_reuses_parts_and_computes_only_new_checkpoints(tmp_path):
+    run = make_run(tmp_path / "run", n=3)
+    out = tmp_path / "out"
+    first = analyze(run, out_dir=out, device="cpu")
+    again = analyze(run, out_dir=out, device="cpu")
+    assert again.summary["checkpoints"]["reused"] == 3
+    for name in first.timeline.names():
+        np.testing.assert_array_equal(first.timeline.get(name), again.timeline.get(name))
+    # the run gains a checkpoint: only it is computed, and its increment needs the previous weights
+    make_run(tmp_path / "more", n=4)
+    os.rename(tmp_path / "more" / "checkpoint-400", run / "checkpoint-400")
+    grown = analyze(run, out_dir=out, device="cpu")
+    assert grown.summary["checkpoints"]["reused"] == 3
+    assert grown.summary["checkpoints"]["analyzed"] == 4
+    assert np.isfinite(grown.timeline.get("attn.D2.entropy2")[3]).all()
+    # a checkpoint rewritten in place is recomputed, and so is the pair that follows it
+    f = run / "checkpoint-200" / "model.safetensors"
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    again2 = analyze(run, out_dir=out, device="cpu")
+    assert again2.summary["checkpoints"]["reused"] == 2
+
+
+def test_torn_part_file_is_recomputed(tmp_path):
+    run = make_run(tmp_path / "run", n=2)
+    out = tmp_path / "out"
+    analyze(run, out_dir=out, device="cpu")
+    part = sorted((out / "parts").iterdir())[0]
+    part.write_bytes(part.read_bytes()[:50])
+    res = analyze(run, out_dir=out, device="cpu")
+    assert res.summary["checkpoints"]["reused"] == 1
+
+
+def test_nan_in_one_layer_is_a_finding_and_other_layers_go_on(tmp_path):
+    run = make_run(tmp_path / "run", n=3)
+    f = run / "checkpoint-300" / "model.safetensors"
+    sd = load_file(f)
+    sd["model.layers.1.self_attn.k_proj.weight"][0, 0] = float("nan")
+    sd["model.layers.1.self_attn.k_proj.weight"][1, 0] = float("inf")
+    from safetensors.torch import save_file
+
+    save_file(sd, f)
+    res = analyze(run, out_dir=tmp_path / "out", device="cpu")
+    (finding,) = res.summary["findings"]
+    assert finding["kind"] == "overflow" and finding["step"] == 300 and finding["layer"] == 1
+    assert finding["nonfinite"] == 2
+    assert "model.layers.1.self_attn.k_proj.weight" in finding["tensors"]
+    tl = res.timeline
+    assert np.isfinite(tl.get("attn.D2.entropy2")[2, 0]).all()
+    assert np.isnan(tl.get("attn.D2.entropy2")[2, 1]).all()
+    assert tl.get("numerics.nonfinite")[2, 1, 0] == 2
+
+
+def test_unreadable_checkpoint_is_skipped_and_the_rest_analysed(tmp_path):
+    run = make_run(tmp_path / "run", n=4)
+    f = run / "checkpoint-200" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])
+    runner = CliRunner()
+    r = runner.invoke(main, ["analyze", str(run), "-o", str(tmp_path / "out"), "--json", "--device", "cpu"])
+    assert r.exit_code == 3, r.output
+    s = json.loads(r.stdout)
+    assert s["checkpoints"]["analyzed"] == 3
+    (sk,) = s["checkpoints"]["skipped"]
+    assert "checkpoint-200" in sk["path"] and sk["error"]
+    r2 = runner.invoke(main, ["analyze", str(run), "-o", str(tmp_path / "out"), "--fail-on", "never", "-q"])
+    assert r2.exit_code == 0
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(main, ["analyze", str(tmp_path / "missing"), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 3
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "missing" in lines[0] and "Traceback" not in r.output
+    r = runner.invoke(main, ["analyze", str(tmp_path), "--steps", "x"])
+    assert r.exit_code == 2
+
+
+def test_inspect_shows_layout(tmp_path):
+    run = make_run(tmp_path / "run", n=1, moe=True)
+    r = CliRunner().invoke(main, ["inspect", str(run / "checkpoint-100"), "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert info["layout"]["family"] == "mixtral"
+    assert [b["heads"] for b in info["layout"]["attention"]] == [TINY["heads"]] * TINY["layers"]
+    assert len(info["layout"]["routers"]) == TINY["layers"]
+
+
+def test_bf16_checkpoints(tmp_path):
+    run = make_run(tmp_path / "run", n=2, dtype=torch.bfloat16)
+    res = analyze(run, out_dir=tmp_path / "out", device="cpu")
+    assert np.isfinite(res.timeline.get("attn.D2.entropy2")[1]).all()
