@@ -98,12 +98,18 @@ def psd_sqrt_factor(g: torch.Tensor) -> torch.Tensor:
     return dg.unsqueeze(-1) * vec * ev.clamp_min(0).sqrt().unsqueeze(-2)
 
 
-def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype=torch.float64) -> torch.Tensor:
+def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Eigenvalues of ``ga @ gb`` for symmetric PSD ``ga``, ``gb`` ([..., r, r]), descending, >= 0.
 
     If ga = A^T A and gb = B^T B, these are the squared singular values of A B^T: the r x r route to
     the spectrum of a d x d product of rank <= r.  Computed as eig(F^T gb F) with F F^T = ga.
+
+    ``core_dtype`` defaults to the inputs' precision (float32 Gram blocks -> float32 core): the
+    core's entries are of the size of its eigenvalues (no cancellation: see docs/monitors.md), so
+    float64 would only buy digits the float32 Gram blocks do not have.  Returned in float64.
     """
+    if core_dtype is None:
+        core_dtype = torch.promote_types(torch.promote_types(ga.dtype, gb.dtype), torch.float32)
     in_dtype = ga.dtype
     ga = ga.to(core_dtype)
     ga = 0.5 * (ga + ga.mT)
@@ -116,7 +122,7 @@ def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype=torch.flo
         f[bad] = psd_sqrt_factor(ga[bad])
     core = f.mT @ gb.to(core_dtype) @ f
     ev = torch.linalg.eigvalsh(0.5 * (core + core.mT)).flip(-1)
-    return _clamp_floor(ev, in_dtype)
+    return _clamp_floor(ev.double(), in_dtype)
 
 
 def gram(x: torch.Tensor) -> torch.Tensor:

@@ -13,8 +13,10 @@ again only if the next checkpoint needs them for an increment.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -219,8 +221,8 @@ class Analyzer:
             v = vec.detach().double().cpu().numpy().reshape(-1)
             arr[layer, : v.shape[0]] = v
 
-        for b in layout.attention:
-            wq, wk = self._load_attn(b, src)
+        loads = [functools.partial(self._load_attn, b, src) for b in layout.attention]
+        for b, (wq, wk) in zip(layout.attention, prefetch(loads)):
             bad = nonfinite_count(wq, wk)
             nonfinite[b.layer, 0] += bad
             width = max(x.n_heads for x in layout.attention if x.name == b.name)
@@ -237,8 +239,8 @@ class Analyzer:
                     put(f"{b.name}.{k}", b.layer, v, width)
             blocks[(b.layer, b.name)] = _BlockState(wq, wk, g)
 
-        for r in layout.routers:
-            w, bias = self._load_router(r, src)
+        loads = [functools.partial(self._load_router, r, src) for r in layout.routers]
+        for r, (w, bias) in zip(layout.routers, prefetch(loads)):
             bad = nonfinite_count(w, bias)
             nonfinite[r.layer, 0] += bad
             if bad:
@@ -263,6 +265,23 @@ class Analyzer:
             width = max((x.n_heads for x in layout.attention if x.name == "attn"), default=1) if s.scope == "head" else 1
             values.setdefault(name, np.full((n_layers, width), np.nan, dtype=np.float32))
         return values, findings, blocks
+
+
+def prefetch(loads: list[Callable[[], object]]):
+    """Yield ``load()`` results in order, running the next load in a thread while the caller
+    computes on the current one (reads and dtype conversion release the GIL, as do torch's kernels).
+    At most one result is held ahead, so memory stays at two blocks' tensors."""
+    if len(loads) <= 1:
+        for load in loads:
+            yield load()
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckptscan-read") as pool:
+        pending = pool.submit(loads[0])
+        for nxt in loads[1:]:
+            current = pending.result()
+            pending = pool.submit(nxt)
+            yield current
+        yield pending.result()
 
 
 def _finite(*ts) -> bool:
