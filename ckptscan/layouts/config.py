@@ -1,0 +1,186 @@
+"""Read the architecture facts ckptscan needs from a config dict, whatever its dialect.
+
+Checkpoints come with HF ``config.json`` files (LLaMA, Mixtral, Qwen, DeepSeek, GPT-2, NeoX, Falcon...),
+Meta/Mistral ``params.json``, Megatron argument names, or OLMo-core's nested training config.  Each
+fact has a short list of aliases, tried in order, so a new dialect is one more alias, not a branch.
+
+Values are looked up at the top level first, then breadth-first in nested dicts (``text_config`` of
+multimodal HF models, OLMo-core's ``model.block.attention``...), skipping vision/audio sub-configs
+so a vision tower's ``hidden_size`` never shadows the language model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# fact -> aliases, first hit wins.  Keep canonical HF names first: a layout file's [model] table is
+# merged into the config under these canonical names and must take precedence.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "model_type": ("model_type",),
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
+    "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "n_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "n_kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "num_query_groups"),
+    "head_dim": ("head_dim", "kv_channels", "head_size"),
+    "rope_theta": ("rope_theta", "rotary_emb_base", "rotary_base", "rope_base"),
+    "partial_rotary_factor": ("partial_rotary_factor", "rotary_pct", "rotary_percent"),
+    "n_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
+                  "num_moe_experts", "n_experts"),
+    "top_k": ("num_experts_per_tok", "moe_top_k", "experts_per_token", "moe_router_topk",
+              "num_experts_per_token"),
+    # MLA (DeepSeek-V2/V3)
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+    # Falcon / BLOOM / GPT-BigCode
+    "multi_query": ("multi_query",),
+    "new_decoder_architecture": ("new_decoder_architecture",),
+    "alibi": ("alibi",),
+    "position_embedding_type": ("position_embedding_type",),
+    "scoring_func": ("scoring_func", "moe_router_score_function", "gating_function"),
+}
+
+_SKIP_NESTED = ("vision", "visual", "audio", "image", "speech", "projector", "encoder_config", "quantization")
+_NO_ROPE_POSITIONS = {"learned_absolute", "learned", "alibi", "none", "absolute"}
+
+
+@dataclass
+class ConfigFacts:
+    """Facts found in a config (None where absent), plus the raw dict."""
+
+    model_type: str | None = None
+    architectures: tuple[str, ...] = ()
+    hidden_size: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    rope_theta: float | None = None
+    rope_scaling: dict | None = None
+    partial_rotary_factor: float | None = None
+    n_experts: int | None = None
+    top_k: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    multi_query: bool | None = None
+    new_decoder_architecture: bool | None = None
+    alibi: bool | None = None
+    position_embedding_type: str | None = None
+    scoring_func: str | None = None
+    uses_rope: bool | None = None  # only from a layout file's [model] table
+    fp8_block: tuple[int, int] = (128, 128)
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def hints(self) -> set[str]:
+        """Lower-cased model_type and architectures, used to break ties between families."""
+        out = {a.lower() for a in self.architectures}
+        if self.model_type:
+            out.add(self.model_type.lower())
+        return out
+
+    def no_rope_by_config(self) -> bool:
+        """True when the config says positions are not rotary (ALiBi, learned absolute)."""
+        if self.uses_rope is False or self.alibi:
+            return True
+        pet = (self.position_embedding_type or "").lower()
+        return pet in _NO_ROPE_POSITIONS
+
+
+def _walk(cfg: dict) -> list[dict]:
+    """The config and its nested dicts, breadth-first, vision/audio sub-configs skipped."""
+    out, queue = [], [cfg]
+    while queue:
+        d = queue.pop(0)
+        out.append(d)
+        for k, v in d.items():
+            if isinstance(v, dict) and not any(s in k.lower() for s in _SKIP_NESTED):
+                queue.append(v)
+    return out
+
+
+def _lookup(dicts: list[dict], aliases: tuple[str, ...]) -> Any:
+    for d in dicts:
+        for a in aliases:
+            if a in d and d[a] is not None and not isinstance(d[a], dict):
+                return d[a]
+    return None
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if f == int(f) else None
+
+
+def _as_float(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_config(config: dict | None) -> ConfigFacts:
+    """Parse a config dict of any supported dialect into ``ConfigFacts``."""
+    if not config:
+        return ConfigFacts(raw=dict(config or {}))
+    dicts = _walk(config)
+    get = {k: _lookup(dicts, a) for k, a in ALIASES.items()}
+    facts = ConfigFacts(raw=dict(config))
+    facts.model_type = str(get["model_type"]) if get["model_type"] is not None else None
+    archs = config.get("architectures") or []
+    facts.architectures = tuple(str(a) for a in archs) if isinstance(archs, list) else ()
+    for k in ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_experts", "top_k",
+              "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        v = _as_int(get[k])
+        setattr(facts, k, v if v is not None and v > 0 else None)  # 0 means "none" (q_lora_rank)
+    if facts.top_k is None:
+        # OLMo-core nests ``top_k`` in its router config; at the top level of an old HF config.json
+        # ``top_k`` is the *generation* default (50), so only nested values count.
+        facts.top_k = _as_int(_lookup(dicts[1:], ("top_k",)))
+    for k in ("multi_query", "new_decoder_architecture", "alibi"):
+        v = get[k]
+        setattr(facts, k, bool(v) if v is not None else None)
+    for k in ("position_embedding_type", "scoring_func"):
+        setattr(facts, k, str(get[k]) if get[k] is not None else None)
+
+    # RoPE: newer transformers put rope_theta (and partial_rotary_factor) inside rope_parameters.
+    rope_params = _lookup_dict(dicts, ("rope_parameters", "rope_scaling"))
+    facts.rope_scaling = rope_params
+    theta = get["rope_theta"]
+    if theta is None and rope_params:
+        theta = rope_params.get("rope_theta")
+    facts.rope_theta = _as_float(theta)
+    prf = get["partial_rotary_factor"]
+    if prf is None and rope_params:
+        prf = rope_params.get("partial_rotary_factor")
+    facts.partial_rotary_factor = _as_float(prf)
+
+    qc = config.get("quantization_config")
+    if isinstance(qc, dict) and isinstance(qc.get("weight_block_size"), list | tuple):
+        blk = [_as_int(x) for x in qc["weight_block_size"]]
+        if len(blk) == 2 and all(blk):
+            facts.fp8_block = (blk[0], blk[1])
+    if "uses_rope" in config and isinstance(config["uses_rope"], bool):
+        facts.uses_rope = config["uses_rope"]
+    return facts
+
+
+def _lookup_dict(dicts: list[dict], keys: tuple[str, ...]) -> dict | None:
+    for d in dicts:
+        for k in keys:
+            if isinstance(d.get(k), dict):
+                return dict(d[k])
+    return None
