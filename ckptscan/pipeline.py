@@ -26,13 +26,15 @@ import torch
 
 from ckptscan import monitors as registry
 from ckptscan.discover import Checkpoint, Skipped
-from ckptscan.errors import CkptscanError, InputError, LayoutError
+from ckptscan.activation_stage import ReplayState, activation_values
+from ckptscan.errors import CkptscanError, InputError, LayoutError, ReplayError
 from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams
 from ckptscan.monitors.numerics import nonfinite_count
 from ckptscan.readers import open_checkpoint
+from ckptscan.replay import find_replay
 from ckptscan.timeline import load_part, save_part
 
 # Bump when a monitor's definition changes: old part files are then recomputed.
@@ -56,6 +58,7 @@ class _BlockState:
     wk: torch.Tensor | None = None
     grams: Grams | None = None
     router_w: torch.Tensor | None = None
+    router_bias: torch.Tensor | None = None
 
 
 @dataclass
@@ -73,6 +76,7 @@ class CheckpointResult:
     reused: bool
     layout: Layout | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+    skipped: list[Skipped] = field(default_factory=list)  # e.g. a broken replay file
 
 
 def resolve_device(device: str) -> str:
@@ -128,6 +132,8 @@ class Analyzer:
         self.opt = options
         self.device = torch.device(options.device)
         self.prev: _Prev | None = None
+        self.replay_prev: ReplayState | None = None
+        self.reference_ids: np.ndarray | None = None
         self.layout_desc: dict | None = None
         self.layout_key = None
         if options.layout_file is not None:
@@ -137,14 +143,16 @@ class Analyzer:
     def process(self, ckpt: Checkpoint) -> CheckpointResult:
         """Analyse one checkpoint (or reuse its stored part).  Raises CkptscanError on bad input."""
         config, config_path = load_config(ckpt.path, self.run_dir)
+        replay_path = find_replay(ckpt.path, ckpt.step, self.run_dir, self.opt.replay_pattern) if self.opt.replay else None
         with open_checkpoint(ckpt.path, trust_pickle=self.opt.trust_pickle) as src:
             identity = {
                 "version": ANALYSIS_VERSION,
                 "files": file_identity(src, config_path),
+                "replay": _stat_identity(replay_path),
                 "layout_file": self.layout_key,
                 "prev": self.prev.identity["files"] if self.prev else None,
+                "prev_replay": self.prev.identity["replay"] if self.prev else None,
                 "prev_step": self.prev.ckpt.step if self.prev else None,
-                "replay": self.opt.replay,
             }
             part = self.parts_dir / f"step_{ckpt.step:012d}.npz"
             stored = self._try_reuse(part, identity)
@@ -153,16 +161,39 @@ class Analyzer:
             if self.layout_desc is None:
                 self.layout_desc = layout.describe()
             if stored is not None:
-                values, findings, extras = stored
+                values, findings, extras, skipped = stored
                 self.prev = _Prev(ckpt, identity, None)
-                return CheckpointResult(ckpt.step, values, findings, True, layout, extras)
+                self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
+                return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped)
 
             prev_blocks = self._prev_blocks(layout)
             values, findings, blocks = self._compute(src, layout, prev_blocks, ckpt.step)
-            extras: dict[str, np.ndarray] = {}
-            save_part(part, identity, values, extra={"findings": np.frombuffer(json.dumps(findings).encode(), np.uint8), **extras})
+            extras, skipped = self._activations(replay_path, layout, blocks, prev_blocks, values)
+            meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped]}
+            save_part(part, identity, values, extra={"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras})
             self.prev = _Prev(ckpt, identity, blocks)
-            return CheckpointResult(ckpt.step, values, findings, False, layout, extras)
+            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped)
+
+    def _activations(self, replay_path, layout, blocks, prev_blocks, values):
+        """The activation side (when this checkpoint has a replay file); a broken file is skipped."""
+        if replay_path is None:
+            self.replay_prev = None
+            return {}, []
+        n_layers = layout.n_layers
+        act: dict[str, np.ndarray] = {}
+        try:
+            state, ids, extras = activation_values(
+                replay_path, layout, blocks, self.replay_prev, prev_blocks, self.reference_ids,
+                functools.partial(_put, act, n_layers), self.device,
+            )
+        except ReplayError as e:
+            self.replay_prev = None
+            return {}, [Skipped(str(replay_path), f"replay file not used: {e.message}")]
+        if self.reference_ids is None and ids is not None:
+            self.reference_ids = ids
+        self.replay_prev = state
+        values.update(act)
+        return extras, []
 
     def _try_reuse(self, part: Path, identity: dict):
         if not part.exists():
@@ -173,8 +204,9 @@ class Analyzer:
             return None
         if ident != json.loads(json.dumps(identity)):
             return None
-        findings = json.loads(bytes(extras.pop("findings")).decode()) if "findings" in extras else []
-        return values, findings, extras
+        meta = json.loads(bytes(extras.pop("meta")).decode()) if "meta" in extras else {}
+        skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
+        return values, meta.get("findings", []), extras, skipped
 
     def _prev_blocks(self, layout: Layout) -> dict[tuple[int, str], _BlockState]:
         """The previous checkpoint's tensors; re-read from disk if its part was reused."""
@@ -192,9 +224,10 @@ class Analyzer:
                     if _finite(wq, wk):
                         blocks[(b.layer, b.name)] = _BlockState(wq, wk, Grams.of(wq, wk))
                 for r in prev_layout.routers:
-                    w, _ = self._load_router(r, src)
-                    if _finite(w):
-                        blocks.setdefault((r.layer, "router"), _BlockState()).router_w = w
+                    w, bias = self._load_router(r, src)
+                    if _finite(w, bias):
+                        st = blocks.setdefault((r.layer, "router"), _BlockState())
+                        st.router_w, st.router_bias = w, bias
         except CkptscanError:
             return {}
         return blocks
@@ -214,12 +247,7 @@ class Analyzer:
         blocks: dict[tuple[int, str], _BlockState] = {}
         nonfinite = np.zeros((n_layers, 1), dtype=np.float32)
 
-        def put(name: str, layer: int, vec, width: int):
-            arr = values.get(name)
-            if arr is None:
-                arr = values[name] = np.full((n_layers, width), np.nan, dtype=np.float32)
-            v = vec.detach().double().cpu().numpy().reshape(-1)
-            arr[layer, : v.shape[0]] = v
+        put = functools.partial(_put, values, n_layers)
 
         loads = [functools.partial(self._load_attn, b, src) for b in layout.attention]
         for b, (wq, wk) in zip(layout.attention, prefetch(loads)):
@@ -252,7 +280,8 @@ class Analyzer:
             if p is not None and p.router_w is not None and p.router_w.shape == w.shape:
                 for k, v in router.pair_monitors(p.router_w, w).items():
                     put(f"router.{k}", r.layer, v, 1)
-            blocks.setdefault((r.layer, "router"), _BlockState()).router_w = w
+            st = blocks.setdefault((r.layer, "router"), _BlockState())
+            st.router_w, st.router_bias = w, bias
 
         values["numerics.nonfinite"] = nonfinite
         # make sure every registered weight-side series exists (NaN where undefined), so the
@@ -265,6 +294,27 @@ class Analyzer:
             width = max((x.n_heads for x in layout.attention if x.name == "attn"), default=1) if s.scope == "head" else 1
             values.setdefault(name, np.full((n_layers, width), np.nan, dtype=np.float32))
         return values, findings, blocks
+
+
+def _put(values: dict, n_layers: int, name: str, layer: int, vec, width: int) -> None:
+    """Store one layer's vector of a series into its [layers, width] array (NaN elsewhere)."""
+    arr = values.get(name)
+    if arr is None:
+        arr = values[name] = np.full((n_layers, width), np.nan, dtype=np.float32)
+    v = vec.detach().double().cpu().numpy().reshape(-1) if isinstance(vec, torch.Tensor) else np.ravel(vec)
+    arr[layer, : v.shape[0]] = v
+
+
+def _stat_identity(path: Path | None):
+    if path is None:
+        return None
+    st = path.stat()
+    return [str(path), st.st_size, st.st_mtime_ns]
+
+
+def _replay_state_from(replay_path: Path, extras: dict) -> ReplayState:
+    topk = {int(k.split(".", 1)[1]): torch.from_numpy(v.astype(np.int64)) for k, v in extras.items() if k.startswith("topk.")}
+    return ReplayState(replay_path, topk)
 
 
 def prefetch(loads: list[Callable[[], object]]):
@@ -314,6 +364,7 @@ def run_analysis(
             status = "skipped"
         else:
             results.append(res)
+            skipped.extend(res.skipped)
             status = "reused" if res.reused else "analysed"
         if on_progress:
             on_progress(i, ck, status)

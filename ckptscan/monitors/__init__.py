@@ -73,3 +73,6 @@ register("router.update_ratio", "router", "layer", "pair", "up", "||dW_r||_F / |
 
 # --- numerics (monitors/numerics.py) -----------------------------------------------------------
 register("numerics.nonfinite", "numerics", "layer", "single", "up", "count of NaN/Inf values in the layer's q, k and router tensors")
+
+# --- activation side (monitors/activations.py registers the act.* series) ----------------------
+from ckptscan.monitors import activations as _activations  # noqa: E402,F401

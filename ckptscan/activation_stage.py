@@ -1,0 +1,108 @@
+"""The activation side of one checkpoint: replay file in, ``act.*`` monitor values out.
+
+Called by the pipeline after the weight side, with the weights it already holds.  A replay file
+that breaks the contract is reported (``ReplayError``) and only the activation side of that
+checkpoint is lost; the weight side goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ckptscan.errors import ReplayError
+from ckptscan.layouts.base import Layout
+from ckptscan.monitors.activations import RopeSpec, attention_activation_monitors, router_activation_monitors
+from ckptscan.replay import ReplayFile
+
+
+@dataclass
+class ReplayState:
+    """What the next checkpoint's activation increments need: this checkpoint's replay file path
+    (re-opened, not held in memory) and its routing decisions per layer."""
+
+    path: Path
+    topk: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+def attention_is_exact(layout: Layout, block_name: str) -> bool:
+    """Activation-side attention is recomputed only where q/k are linear in the replay input:
+    per-token QK-norm (Qwen3, OLMoE) and MLA's normalised low-rank path are not."""
+    return block_name == "attn" and not layout.config.qk_norm and not layout.family.startswith("deepseek")
+
+
+def activation_values(
+    replay_path: Path,
+    layout: Layout,
+    weights: dict,
+    prev: ReplayState | None,
+    prev_weights: dict,
+    reference_ids: np.ndarray | None,
+    put,
+    device: torch.device,
+) -> tuple[ReplayState, np.ndarray | None, dict[str, np.ndarray]]:
+    """Compute every ``act.*`` series of one checkpoint via ``put(name, layer, vector, width)``.
+
+    ``weights`` / ``prev_weights``: {(layer, block): _BlockState} of this and the previous checkpoint.
+    Returns the state for the next checkpoint, this file's input_ids, and the per-layer top-k
+    routing decisions (kept in the part file for churn against the final checkpoint).
+    Raises ReplayError (naming file and dataset) when the file breaks the contract.
+    """
+    rope = RopeSpec.of(layout.config) if layout.config.uses_rope else None
+    hidden = max((b.hidden for b in layout.attention), default=None)
+    extras: dict[str, np.ndarray] = {}
+    with ReplayFile(replay_path) as rf:
+        rf.check(hidden, layout.n_layers, router_layers=[r.layer for r in layout.routers],
+                 n_experts=max((r.n_experts for r in layout.routers), default=None))
+        ids = rf.input_ids()
+        if reference_ids is not None and ids is not None:
+            rf.check_tokens(reference_ids)
+        prev_rf = _open_prev(prev)
+        try:
+            width = max((b.n_heads for b in layout.attention if b.name == "attn"), default=1)
+            for b in layout.attention:
+                st = weights.get((b.layer, b.name))
+                if st is None or st.wq is None or not attention_is_exact(layout, b.name) or b.layer not in rf.layers():
+                    continue
+                x = rf.attn_in(b.layer, b.hidden).to(device)
+                p = prev_weights.get((b.layer, b.name))
+                kw = {}
+                if prev_rf is not None and p is not None and p.wq is not None and b.layer in prev_rf.layers():
+                    kw = dict(x_prev=prev_rf.attn_in(b.layer, b.hidden).to(device), wq_prev=p.wq, wk_prev=p.wk)
+                vals = attention_activation_monitors(x, st.wq, st.wk, b.kv_index(), rope=rope if b.rope else None, **kw)
+                for name, v in vals.items():
+                    put(name, b.layer, v, width)
+            topk_now: dict[int, torch.Tensor] = {}
+            for r in layout.routers:
+                st = weights.get((r.layer, "router"))
+                logits = rf.router_logits(r.layer, r.n_experts) if rf.has(r.layer, "router_logits") else None
+                if logits is None:
+                    if st is None or st.router_w is None or not rf.has(r.layer, "router_in"):
+                        continue
+                    src = dict(logits_or_x=rf.router_in(r.layer, r.hidden).to(device), w=st.router_w, bias=st.router_bias)
+                else:
+                    src = dict(logits_or_x=logits.to(device), bias=st.router_bias if st is not None else None)
+                prev_topk = prev.topk.get(r.layer) if prev is not None else None
+                vals, idx = router_activation_monitors(
+                    routing=r.routing, top_k=r.top_k or layout.config.top_k or 2, prev_topk=prev_topk, **src
+                )
+                for name, v in vals.items():
+                    put(name, r.layer, v, 1)
+                topk_now[r.layer] = idx.cpu()
+                extras[f"topk.{r.layer}"] = idx.cpu().numpy().astype(np.int16)
+        finally:
+            if prev_rf is not None:
+                prev_rf.close()
+    return ReplayState(Path(replay_path), topk_now), ids, extras
+
+
+def _open_prev(prev: ReplayState | None) -> ReplayFile | None:
+    if prev is None:
+        return None
+    try:
+        return ReplayFile(prev.path)
+    except ReplayError:
+        return None
