@@ -15,7 +15,12 @@ import torch
 
 from ckptscan.errors import ReplayError
 from ckptscan.layouts.base import Layout
-from ckptscan.monitors.activations import RopeSpec, attention_activation_monitors, router_activation_monitors
+from ckptscan.monitors.activations import (
+    RopeSpec,
+    attention_activation_monitors,
+    router_activation_monitors,
+    routing_churn,
+)
 from ckptscan.replay import ReplayFile
 
 
@@ -97,6 +102,21 @@ def activation_values(
             if prev_rf is not None:
                 prev_rf.close()
     return ReplayState(Path(replay_path), topk_now), ids, extras
+
+
+def add_churn_final(results) -> None:
+    """``act.router.churn_final``: each checkpoint's routing vs the final checkpoint's, per layer
+    (OLMoE's router saturation), from the top-k decisions stored with every checkpoint."""
+    final = next((r for r in reversed(results) if any(k.startswith("topk.") for k in r.extras)), None)
+    if final is None:
+        return
+    for r in results:
+        for key, idx in r.extras.items():
+            if not key.startswith("topk.") or key not in final.extras or idx.shape != final.extras[key].shape:
+                continue
+            layer = int(key.split(".", 1)[1])
+            arr = r.values.setdefault("act.router.churn_final", np.full((final.values["numerics.nonfinite"].shape[0], 1), np.nan, np.float32))
+            arr[layer, 0] = routing_churn(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(final.extras[key].astype(np.int64)))
 
 
 def _open_prev(prev: ReplayState | None) -> ReplayFile | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ckptscan import __version__
+from ckptscan.activation_stage import add_churn_final
 from ckptscan.discover import Checkpoint, Skipped, discover
 from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INPUT, UsageError
 from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
@@ -109,6 +110,7 @@ def analyze(
     results, skipped_run, layout_desc = run_analysis(run_dir, out, ckpts, options, progress, debug)
     skipped = skipped + skipped_run
 
+    add_churn_final(results)
     findings = [f for r in results for f in r.findings]
     meta = {"run": str(run_dir), "layout": layout_desc}
     timeline = assemble([r.step for r in results], [r.values for r in results], meta)

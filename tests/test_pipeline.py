@@ -169,3 +169,48 @@ def test_bf16_checkpoints(tmp_path):
     run = make_run(tmp_path / "run", n=2, dtype=torch.bfloat16)
     res = analyze(run, out_dir=tmp_path / "out", device="cpu")
     assert np.isfinite(res.timeline.get("attn.D2.entropy2")[1]).all()
+
+
+def _write_replays(run, steps, moe=True, bad_step=None, seed=0):
+    from ckptscan.record import write_replay
+
+    g = torch.Generator().manual_seed(seed)
+    B, T, d = 2, 12, TINY["hidden"]
+    ids = torch.randint(0, 64, (B, T), generator=g)
+    for s in steps:
+        acts = {}
+        for layer in range(TINY["layers"]):
+            acts[(layer, "attn_in")] = torch.randn(B, T, d + (3 if s == bad_step else 0), generator=g)
+            if moe:
+                acts[(layer, "router_in")] = torch.randn(B, T, d, generator=g)
+        write_replay(run / f"checkpoint-{s}" / "replay.h5", s, acts, input_ids=ids)
+
+
+def test_replay_files_add_activation_series(tmp_path):
+    run = make_run(tmp_path / "run", n=3, moe=True)
+    _write_replays(run, (100, 200, 300))
+    res = analyze(run, out_dir=tmp_path / "out", device="cpu")
+    tl = res.timeline
+    for name in ("act.attn.max_logit", "act.attn.entropy_mean", "act.attn.S.entropy2", "act.attn.tie_ratio"):
+        assert np.isfinite(tl.get(name)).all(), name
+    assert np.isnan(tl.get("act.attn.dS.entropy2")[0]).all() and np.isfinite(tl.get("act.attn.dS.entropy2")[1:]).all()
+    for name in ("act.router.entropy_mean", "act.router.load_entropy", "act.router.churn_prev", "act.router.churn_final"):
+        assert name in tl, name
+    assert np.all(tl.get("act.router.churn_final")[-1] == 0)  # the final checkpoint against itself
+    assert np.isfinite(tl.get("act.router.churn_prev")[1:]).all()
+    again = analyze(run, out_dir=tmp_path / "out", device="cpu")
+    assert again.summary["checkpoints"]["reused"] == 3
+    for name in tl.names():
+        np.testing.assert_array_equal(tl.get(name), again.timeline.get(name), err_msg=name)
+
+
+def test_broken_replay_file_loses_only_the_activation_side(tmp_path):
+    run = make_run(tmp_path / "run", n=3, moe=True)
+    _write_replays(run, (100, 200, 300), bad_step=200)
+    res = analyze(run, out_dir=tmp_path / "out", device="cpu")
+    (sk,) = res.summary["checkpoints"]["skipped"]
+    assert sk["path"].endswith("checkpoint-200/replay.h5") and "attn_in" in sk["reason"]
+    assert res.exit_code() == 3
+    tl = res.timeline
+    assert np.isfinite(tl.get("attn.D2.entropy2")[1]).all()
+    assert np.isnan(tl.get("act.attn.max_logit")[1]).all() and np.isfinite(tl.get("act.attn.max_logit")[2]).all()
