@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from ckptscan import __version__
-from ckptscan.errors import EXIT_USAGE, CkptscanError
+from ckptscan.errors import CkptscanError
 
 EXIT_INTERNAL = 4
 
@@ -195,23 +195,16 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, debug):
     sys.exit(result.exit_code(fail_on))
 
 
-def _register_optional():
-    """Commands that live with their own stage (drills, eval)."""
-    try:
-        from ckptscan.drills.cli import drill
+def _register_stage_commands():
+    """Commands that live with their own stage: drills (fault-injection runs) and eval."""
+    from ckptscan.drills.cli import drill
+    from ckptscan.evaluate import eval_cmd
 
-        main.add_command(drill)
-    except ImportError:
-        pass
-    try:
-        from ckptscan.evaluate import eval_cmd
-
-        main.add_command(eval_cmd)
-    except ImportError:
-        pass
+    main.add_command(drill)
+    main.add_command(eval_cmd)
 
 
-_register_optional()
+_register_stage_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover
