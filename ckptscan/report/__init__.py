@@ -1,24 +1,40 @@
-"""Reports: terminal (rich), JSON, and the files CI reads.  ``emit`` renders a Result."""
+"""Reports: terminal (rich), JSON, HTML, and the files CI reads.  ``emit`` renders a Result.
+
+Modules: ``data`` (what to show, computed once), ``terminal``, ``html`` (+ ``template.html``,
+``report.js``), ``ci`` (JUnit, GitHub Actions), ``schema`` (+ ``schema.json``, the summary's JSON
+Schema).  docs/report.md describes the reports, docs/ci.md the CI integration.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
 
 def emit(result, *, as_json: bool, quiet: bool, html_file: Path | None, junit_file: Path | None, console) -> None:
-    from ckptscan.report.terminal import print_result
+    """Print the result (JSON or terminal report), write the requested files, and, under GitHub
+    Actions, print annotations and append the job summary.  Files are written before anything that
+    could be interrupted by a closed pipe, and each is announced on stderr unless ``quiet``."""
+    from ckptscan.report.ci import emit_github
 
-    if as_json:
-        click.echo(result.to_json())
-    else:
-        print_result(result, console, quiet=quiet)
+    written = []
     if html_file is not None:
         from ckptscan.report.html import write_html
 
-        write_html(result, html_file)
+        written.append(("HTML report", write_html(result, html_file)))
     if junit_file is not None:
         from ckptscan.report.ci import write_junit
 
-        write_junit(result, junit_file)
+        written.append(("JUnit XML", write_junit(result, junit_file)))
+    if as_json:
+        click.echo(result.to_json())
+    else:
+        from ckptscan.report.terminal import print_result
+
+        print_result(result, console, quiet=quiet)
+    if not quiet:
+        for what, path in written:
+            click.echo(f"{what}: {path}", err=True)
+    emit_github(result, stream=sys.stderr if as_json else sys.stdout)

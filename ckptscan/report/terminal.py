@@ -1,56 +1,178 @@
-"""Terminal report (rich): the verdict first, then the evidence, then what was skipped."""
+"""Terminal report (rich): the verdict first, then the evidence, a per-layer heat strip of the
+leading monitors, the findings and what was skipped.
+
+Fits in 100 columns.  Colour comes from rich, which drops it when stdout is not a terminal; the CLI's
+console also honours ``NO_COLOR``.  Every line still reads without colour (markers are characters).
+"""
 
 from __future__ import annotations
 
+import numpy as np
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from ckptscan.report import data
+
+MAX_WIDTH = 100
+BLOCKS = "▁▂▃▄▅▆▇█"
+STRIP_MONITORS = 3
+STRIP_LAYERS = 16
+SIGMAS_PER_BLOCK = 1.0  # block height: robust sigmas away from the layer's early baseline
 
 
 def _fmt_step(s):
     return "-" if s is None else str(s)
 
 
+def _fmt_score(x):
+    if x is None:
+        return "-"
+    try:
+        return f"{float(x):.3g}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def verdict_line(summary: dict) -> str:
+    """The one line ``--quiet`` prints (rich markup)."""
+    v = data.verdict(summary)
+    if v["anomalous"]:
+        conf = v["confidence"]
+        conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
+        return (f"[bold red]ANOMALOUS[/]: {escape(str(v['fault_type']))}{conf_s}, "
+                f"earliest anomalous step {_fmt_step(v['earliest_step'])}")
+    return "[bold green]HEALTHY[/]: no sustained anomaly in the monitors"
+
+
+def timing_line(summary: dict) -> str:
+    """Earliest step against the loss: the lead time, and the log-only detector's."""
+    m = data.markers(summary)
+    parts = [f"loss divergence step {_fmt_step(m['divergence_step'])}"]
+    lead = summary.get("lead_time_steps")
+    parts.append(f"lead time {_fmt_step(lead)} steps")
+    lo = summary.get("log_only_lead_time_steps")
+    parts.append(f"log-only detector alarm {_fmt_step(m['log_only_alarm_step'])} (lead {_fmt_step(lo)})")
+    return "  |  ".join(parts)
+
+
 def print_result(result, console, quiet: bool = False) -> None:
     s = result.summary
-    v = s["verdict"]
-    ck = s["checkpoints"]
-    if v["anomalous"]:
-        head = (f"[bold red]ANOMALOUS[/]: {v['fault_type']} (confidence {v['confidence']:.2f}), "
-                f"earliest anomalous step {_fmt_step(v['earliest_step'])}")
-    else:
-        head = "[bold green]HEALTHY[/]: no sustained anomaly in the monitors"
-    console.print(head)
+    console.print(verdict_line(s))
     if quiet:
         return
-    loss = s.get("loss", {})
-    console.print(
-        f"run {s['run']}  |  {ck['analyzed']} checkpoints analysed ({ck.get('reused', 0)} reused), "
-        f"{len(ck['skipped'])} skipped  |  layout {(s.get('layout') or {}).get('family', '?')}"
-    )
-    console.print(
-        f"loss divergence step {_fmt_step(loss.get('divergence_step'))}  |  lead time {_fmt_step(s.get('lead_time_steps'))} steps"
-        f"  |  log-only detector alarm {_fmt_step(loss.get('log_only_alarm_step'))}"
-        f" (lead {_fmt_step(s.get('log_only_lead_time_steps'))})"
-    )
-    ev = v.get("evidence") or []
-    if ev:
-        t = Table(title="evidence (first alarms)", show_lines=False)
-        for col in ("monitor", "layer", "head", "first alarm step", "score"):
-            t.add_column(col)
-        for e in ev[:15]:
-            score = e.get("score")
-            t.add_row(str(e.get("monitor", "")), _fmt_step(e.get("layer")), _fmt_step(e.get("head")),
-                      _fmt_step(e.get("first_alarm_step", e.get("step"))), "-" if score is None else f"{score:.3g}")
-        console.print(t)
-    for f in s.get("findings", [])[:10]:
-        console.print(f"[red]finding[/]: {f['kind']} at step {f['step']} layer {f['layer']}: "
-                      f"{f['nonfinite']} NaN/Inf values in {', '.join(f['tensors'])}")
-    if ck["skipped"]:
-        console.print(f"[yellow]skipped ({len(ck['skipped'])})[/]:")
-        for sk in ck["skipped"][:20]:
-            console.print(f"  {sk['path']}: {sk['reason']}")
-        if len(ck["skipped"]) > 20:
-            console.print(f"  ... and {len(ck['skipped']) - 20} more (see summary.json)")
-    console.print(f"results: {s['out']}")
+    reason = data.verdict(s).get("reason")
+    if reason:
+        console.print(f"why: {escape(str(reason))}")
+    ck = s.get("checkpoints") or {}
+    skipped = ck.get("skipped") or []
+    steps = ck.get("steps") or []
+    span = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+    console.print(f"run {escape(str(s.get('run', '?')))}  |  layout "
+                  f"{escape(str((s.get('layout') or {}).get('family', '?')))}")
+    console.print(f"{ck.get('analyzed', 0)} checkpoints analysed ({ck.get('reused', 0)} reused{span}), "
+                  f"{len(skipped)} skipped")
+    console.print(timing_line(s))
+    _evidence_table(s, console)
+    _heat_strips(result, console)
+    for f in (s.get("findings") or [])[:10]:
+        console.print(f"[red]finding[/]: {escape(str(f.get('kind', '?')))} at step {f.get('step')} layer "
+                      f"{f.get('layer')}: {f.get('nonfinite', '?')} NaN/Inf values in "
+                      f"{escape(', '.join(map(str, f.get('tensors', []))))}")
+    if skipped:
+        console.print(f"[yellow]skipped ({len(skipped)})[/]:")
+        for sk in skipped[:20]:
+            tag = "" if sk.get("error", True) else " (expected)"
+            console.print(f"  {escape(str(sk['path']))}: {escape(str(sk['reason']))}{tag}")
+        if len(skipped) > 20:
+            console.print(f"  ... and {len(skipped) - 20} more (see summary.json)")
+    console.print(f"results: {escape(str(s.get('out', result.out_dir)))}")
+
+
+def _evidence_table(s: dict, console) -> None:
+    ev = data.verdict(s)["evidence"]
+    if not ev:
+        return
+    t = Table(title="evidence (first alarms)", show_lines=False)
+    for col in ("monitor", "layer", "head", "first alarm step", "score"):
+        t.add_column(col, justify="left" if col == "monitor" else "right")
+    for e in ev[:15]:
+        t.add_row(escape(str(e.get("monitor", ""))), _fmt_step(e.get("layer")), _fmt_step(e.get("head")),
+                  _fmt_step(data.evidence_step(e)), _fmt_score(e.get("score")))
+    console.print(t)
+    if len(ev) > 15:
+        console.print(f"  ... and {len(ev) - 15} more evidence items (see summary.json)")
+
+
+def _heat_strips(result, console) -> None:
+    """One block per leading monitor: a row per layer, a column per (sub-sampled) step; the block
+    height is the departure from the layer's early baseline in the anomalous direction."""
+    tl = result.timeline
+    if tl is None or len(tl.steps) == 0:
+        return
+    s = result.summary
+    width = min(console.width or MAX_WIDTH, MAX_WIDTH)
+    label_w = 6
+    cols = max(8, width - label_w - 2)
+    steps = np.asarray(tl.steps)
+    marks = data.markers(s)
+    leading = data.leading_monitors(s, tl.names(), k=STRIP_MONITORS)
+    if not leading:
+        return
+    console.print(Text(f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
+                       f"early baseline in the anomalous direction ({BLOCKS[-1]} >= {len(BLOCKS) - 1}); red = "
+                       f"after the layer's first alarm", style="dim"))
+    xs = steps
+    any_marker = False
+    for name in leading:
+        info = data.monitor_info(name)
+        mat = data.layer_matrix(tl.get(name), info.direction)
+        xs, red = data.reduce_columns(mat, steps, cols, info.direction)
+        dev = data.deviation(red, info.direction)
+        rows = list(range(dev.shape[0]))
+        note = ""
+        if len(rows) > STRIP_LAYERS:
+            keep = np.argsort(-dev.max(axis=1), kind="stable")[:STRIP_LAYERS]
+            rows = sorted(int(r) for r in keep)
+            note = f", {STRIP_LAYERS} of {dev.shape[0]} layers (the most deviant)"
+        how = {"down": "min over heads", "up": "max over heads"}.get(info.direction, "mean over heads")
+        how = how if info.scope == "head" else "per layer"
+        console.print(Text(f"{name}  [{how}, anomalous direction {info.direction}{note}]", style="bold"))
+        first_alarm = {}
+        for a in data.alarm_steps(s, name):
+            if a["layer"] is not None:
+                first_alarm[a["layer"]] = min(first_alarm.get(a["layer"], a["step"]), a["step"])
+        for r in rows:
+            line = Text(f"L{r:<{label_w - 1}}", style="dim")
+            for j in range(len(xs)):
+                lvl = min(len(BLOCKS) - 1, int(dev[r, j] / SIGMAS_PER_BLOCK))
+                ch = BLOCKS[lvl] if np.isfinite(red[r, j]) else " "
+                alarmed = r in first_alarm and xs[j] >= first_alarm[r]
+                line.append(ch, style="red" if alarmed else ("yellow" if lvl >= 5 else ""))
+            console.print(line)
+        mrow = _marker_row(xs, int(steps[-1]), marks, label_w)
+        if mrow is not None:
+            console.print(mrow)
+            any_marker = True
+    cols_note = "" if len(xs) == len(steps) else f", {len(xs)} columns"
+    legend = "; ^ earliest anomaly, D divergence, L log-only alarm" if any_marker else ""
+    console.print(Text(f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note}){legend}",
+                       style="dim"))
+
+
+def _marker_row(xs: np.ndarray, last: int, marks: dict, label_w: int) -> Text | None:
+    """``^`` earliest anomaly, ``D`` loss divergence, ``L`` log-only alarm, under their columns;
+    ``None`` when no marker falls inside the analysed steps."""
+    row = [" "] * len(xs)
+    for key, ch in (("log_only_alarm_step", "L"), ("divergence_step", "D"), ("earliest_step", "^")):
+        st = marks.get(key)
+        if st is None or len(xs) == 0 or not xs[0] <= st <= last:
+            continue
+        j = int(np.searchsorted(xs, st, side="right") - 1)
+        row[j] = ch
+    if all(c == " " for c in row):
+        return None
+    return Text(" " * label_w + "".join(row).rstrip(), style="bold")
 
 
 def print_inspect(info: dict, console) -> None:

@@ -1,0 +1,283 @@
+"""What every report shows, computed once from a Result: leading monitors, per-layer matrices,
+downsampled series, the loss curve.  Terminal, HTML and CI renderers only format these.
+
+Nothing here decides anything: the verdict comes from detection (``summary["verdict"]``); this module
+only arranges the stored numbers for display, and tolerates summaries that lack optional keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+FAMILIES = ("attention", "router", "numerics", "act_attention", "act_router")
+
+# Shown when the verdict names no evidence (a healthy run): the monitors the notes call primary.
+DEFAULT_LEADING = ("attn.D2.entropy2", "attn.M.entropy2", "router.similarity", "act.attn.max_logit",
+                   "act.router.entropy_mean")
+
+
+@dataclass(frozen=True)
+class MonitorInfo:
+    name: str
+    family: str
+    scope: str  # "head" | "layer"
+    direction: str  # "down" | "up" | "both"
+    description: str
+
+
+def monitor_info(name: str) -> MonitorInfo:
+    """Registry entry of a series, with a best guess from its name when it is not registered
+    (a stored result may come from a newer ckptscan with monitors this one does not know)."""
+    from ckptscan.monitors import spec
+
+    try:
+        s = spec(name)
+        return MonitorInfo(name, s.family, s.scope, s.direction, s.description)
+    except KeyError:
+        pass
+    if name.startswith("act.attn"):
+        fam = "act_attention"
+    elif name.startswith("act.router"):
+        fam = "act_router"
+    elif name.startswith("attn"):
+        fam = "attention"
+    elif name.startswith("router"):
+        fam = "router"
+    elif name.startswith("numerics"):
+        fam = "numerics"
+    else:
+        fam = "other"
+    return MonitorInfo(name, fam, "head", "both", "")
+
+
+def families(names) -> dict[str, list[str]]:
+    """Monitor names grouped by family, families in the canonical order, names sorted."""
+    out: dict[str, list[str]] = {}
+    for n in sorted(names):
+        out.setdefault(monitor_info(n).family, []).append(n)
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+
+# --- summary accessors (tolerant of missing optional keys) ----------------------------------------
+
+
+def verdict(summary: dict) -> dict:
+    v = dict(summary.get("verdict") or {})
+    v.setdefault("anomalous", False)
+    v.setdefault("earliest_step", None)
+    v.setdefault("fault_type", "unknown" if v["anomalous"] else "healthy")
+    v.setdefault("confidence", None)
+    v["evidence"] = [e for e in (v.get("evidence") or []) if isinstance(e, dict)]
+    return v
+
+
+def evidence_step(e: dict):
+    return e.get("first_alarm_step", e.get("step"))
+
+
+def markers(summary: dict) -> dict[str, int | None]:
+    """The steps every timeline marks: earliest anomaly, loss divergence, log-only alarm."""
+    v = verdict(summary)
+    loss = summary.get("loss") or {}
+    return {"earliest_step": v["earliest_step"], "divergence_step": loss.get("divergence_step"),
+            "log_only_alarm_step": loss.get("log_only_alarm_step")}
+
+
+def leading_monitors(summary: dict, names, k: int = 4) -> list[str]:
+    """The monitors to show first: those named by the evidence (in its order), then the primary
+    monitors of the notes, restricted to series the timeline has."""
+    names = list(names)
+    present = set(names)
+    out: list[str] = []
+    for e in verdict(summary)["evidence"]:
+        m = e.get("monitor")
+        if m in present and m not in out:
+            out.append(m)
+    for d in DEFAULT_LEADING:
+        for n in names:
+            if n not in out and _same_monitor(n, d):
+                out.append(n)
+    return out[:k]
+
+
+def _same_monitor(name: str, base: str) -> bool:
+    """``attn_rope.D2.entropy2`` is the block-prefixed variant of ``attn.D2.entropy2``."""
+    if name == base:
+        return True
+    block, _, rest = name.partition(".")
+    return base.startswith("attn.") and block.startswith("attn") and rest == base[len("attn."):]
+
+
+def alarm_steps(summary: dict, monitor: str) -> list[dict]:
+    """First alarms of one monitor (layer, head or None, step), from the evidence and from
+    ``summary["alarms"]`` (objects naming a monitor, a first alarm step and ``layer`` or ``layers``);
+    items without a layer are left out."""
+    seen, out = set(), []
+    items = list(verdict(summary)["evidence"])
+    alarms = summary.get("alarms")
+    if isinstance(alarms, list):
+        items += [a for a in alarms if isinstance(a, dict)]
+    for e in items:
+        st = evidence_step(e)
+        if e.get("monitor") != monitor or not isinstance(st, (int, float)):
+            continue
+        layers = e["layers"] if isinstance(e.get("layers"), list) else [e.get("layer")]
+        for layer in layers:
+            key = (layer, e.get("head"), int(st))
+            if layer is not None and key not in seen:
+                seen.add(key)
+                out.append({"layer": layer, "head": e.get("head"), "step": int(st)})
+    return out
+
+
+# --- arrays -----------------------------------------------------------------------------------
+
+
+def layer_matrix(arr: np.ndarray, direction: str) -> np.ndarray:
+    """[N, L, K] -> [L, N]: one value per layer and step.  Heads are reduced to the most anomalous
+    one in the monitor's direction (min for "down", max for "up"), so that a single bad head is not
+    averaged away; "both" takes the mean."""
+    a = np.asarray(arr, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if a.shape[2] == 1:
+            m = a[:, :, 0]
+        elif direction == "down":
+            m = np.nanmin(a, axis=2)
+        elif direction == "up":
+            m = np.nanmax(a, axis=2)
+        else:
+            m = np.nanmean(a, axis=2)
+    return m.T.copy()
+
+
+def bins(n: int, max_cols: int) -> list[tuple[int, int]]:
+    """Split range(n) into at most ``max_cols`` contiguous, near-equal bins (start, stop)."""
+    if n <= 0:
+        return []
+    k = min(n, max(1, max_cols))
+    edges = np.linspace(0, n, k + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def reduce_columns(mat: np.ndarray, steps: np.ndarray, max_cols: int, direction: str):
+    """[R, N] -> (first step of each bin [C], [R, C]) with C <= max_cols.  Each bin keeps its
+    extreme in the anomalous direction (mean for "both"), so short excursions stay visible."""
+    mat = np.asarray(mat, dtype=np.float64)
+    steps = np.asarray(steps)
+    if mat.shape[1] <= max_cols:
+        return steps.copy(), mat.copy()
+    bs = bins(mat.shape[1], max_cols)
+    red = {"down": np.nanmin, "up": np.nanmax}.get(direction, np.nanmean)
+    out = np.full((mat.shape[0], len(bs)), np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for j, (a, b) in enumerate(bs):
+            out[:, j] = red(mat[:, a:b], axis=1)
+    return np.array([steps[a] for a, _ in bs]), out
+
+
+def downsample_xy(x, y, max_points: int):
+    """Keep at most ~``max_points`` points of a series for an overview plot: per bin the minimum and
+    the maximum (in step order), so spikes and dips survive; NaN bins stay NaN (gaps)."""
+    x = np.asarray(x)
+    y = np.asarray(y, dtype=np.float64)
+    if len(x) <= max_points:
+        return x, y
+    xs, ys = [], []
+    for a, b in bins(len(x), max(1, max_points // 2)):
+        seg = y[a:b]
+        fin = np.flatnonzero(np.isfinite(seg))
+        if len(fin) == 0:
+            xs.append(x[a])
+            ys.append(np.nan)
+            continue
+        i_min = a + fin[np.argmin(seg[fin])]
+        i_max = a + fin[np.argmax(seg[fin])]
+        for i in sorted({i_min, i_max}):
+            xs.append(x[i])
+            ys.append(y[i])
+    return np.asarray(xs), np.asarray(ys)
+
+
+def deviation(mat: np.ndarray, direction: str, baseline_frac: float = 0.2) -> np.ndarray:
+    """[R, N] -> departure of each row from its early baseline, in robust units, counted only in the
+    anomalous direction (absolute for "both"); 0 where undefined.
+
+    The baseline is the row's first ``max(3, baseline_frac * N)`` finite values (median and MAD).
+    This is a display scale for the terminal strip, not the detector's statistic.
+    """
+    mat = np.asarray(mat, dtype=np.float64)
+    out = np.zeros_like(mat)
+    for r in range(mat.shape[0]):
+        row = mat[r]
+        fin = row[np.isfinite(row)]
+        if len(fin) < 2:
+            continue
+        base = fin[: max(3, int(baseline_frac * len(fin)))]
+        med = float(np.median(base))
+        mad = 1.4826 * float(np.median(np.abs(base - med)))
+        scale = max(mad, 1e-3 * abs(med), 1e-12)
+        d = (row - med) / scale
+        if direction == "down":
+            d = -d
+        elif direction != "up":
+            d = np.abs(d)
+        out[r] = np.where(np.isfinite(d), np.maximum(d, 0.0), 0.0)
+    return out
+
+
+# --- the loss curve -----------------------------------------------------------------------------
+
+
+@dataclass
+class Curve:
+    steps: np.ndarray
+    loss: np.ndarray
+    grad_norm: np.ndarray | None
+    source: str
+
+
+def loss_curve(summary: dict) -> Curve | None:
+    """The training loss, if the summary carries points or the run's log can still be read.
+
+    Looks at ``summary["loss"]["curve"]`` (``{"steps": [...], "loss": [...]}`` or ``[[step, loss],
+    ...]``), then reads the log through ``ckptscan.logs`` (the logged path, else the run folder).
+    ``None`` when neither works: reports then simply have no loss plot.
+    """
+    loss = summary.get("loss") or {}
+    pts = loss.get("curve")
+    try:
+        if isinstance(pts, dict) and "steps" in pts and "loss" in pts:
+            g = pts.get("grad_norm")
+            return Curve(np.asarray(pts["steps"]), _floats(pts["loss"]), None if g is None else _floats(g),
+                         "summary.json")
+        if isinstance(pts, list) and pts and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in pts):
+            return Curve(np.asarray([p[0] for p in pts]), _floats([p[1] for p in pts]), None, "summary.json")
+    except (TypeError, ValueError):
+        pass
+    try:
+        from ckptscan import logs
+    except ImportError:
+        return None
+    log_path = None
+    for holder in (summary.get("log"), loss.get("log")):  # top-level "log" is where detection puts it
+        if isinstance(holder, dict) and holder.get("path"):
+            log_path = holder["path"]
+            break
+    try:
+        curve = logs.load_curve(summary.get("run", ""), log_path)
+    except Exception:  # noqa: BLE001 -- a report must render even when the log is gone or unreadable
+        return None
+    if curve is None or len(curve) == 0:
+        return None
+    return Curve(curve.steps, curve.loss, curve.grad_norm, str(curve.path))
+
+
+def _floats(v) -> np.ndarray:
+    return np.asarray([np.nan if x is None else float(x) for x in v], dtype=np.float64)

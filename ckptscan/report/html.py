@@ -1,0 +1,293 @@
+"""Self-contained HTML report: one file that opens offline, with interactive plotly.js charts.
+
+Why plotly: zoom, hover values and heatmaps for free from a maintained library, and its Python
+package ships ``plotly.min.js`` (``plotly.offline.get_plotlyjs()``) which we inline.  We use only
+that JavaScript: figures are plain JSON built here (no plotly Python figure objects, which are slow
+to validate for large heatmaps).
+
+Offline by construction:
+* everything (JS, CSS, data) is inlined; no ``<script src>``, ``<link>``, fonts or images by URL;
+* a Content-Security-Policy ``default-src 'none'`` forbids the page any fetch, even by mistake;
+* plotly's MathJax and topojson are never used (no math in labels, no geo traces).
+
+Size: ~4.8 MB of plotly.js plus the data.  Data are kept compact: values rounded to 4 significant
+digits, heatmaps reduced to at most ``MAX_HEATMAP_COLS`` step columns, overview series to
+``MAX_SERIES_POINTS`` points (min/max per bin so spikes survive), the per-head drill-down to
+``MAX_HEAD_CELLS`` cells per monitor.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ckptscan import __version__
+from ckptscan.report import data
+
+MAX_SERIES_POINTS = 2000
+MAX_PLOT_POINTS = 64_000  # all traces of one timeline plot together
+MAX_HEATMAP_COLS = 600
+MAX_HEAD_CELLS = 250_000
+TIMELINE_MONITORS = 4
+DRILL_MONITORS = 4
+
+_HERE = Path(__file__).parent
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
+       "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+# --- compact numeric JSON -----------------------------------------------------------------------
+
+
+class _Arr:
+    """A numeric array to be written as a JSON list with 4 significant digits (NaN/Inf -> null)."""
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+
+
+def _fmt_array(a: np.ndarray) -> str:
+    if a.ndim > 1:
+        return "[" + ",".join(_fmt_array(r) for r in a) + "]"
+    if a.dtype.kind in "iub":
+        return "[" + ",".join(str(int(v)) for v in a) + "]"
+    vals = np.asarray(a, dtype=np.float64)
+    out = []
+    for v in vals.tolist():
+        out.append(f"{v:.4g}" if math.isfinite(v) else "null")
+    return "[" + ",".join(out) + "]"
+
+
+def to_json(obj) -> str:
+    """JSON with numpy arrays written compactly; safe to embed in a ``<script>`` element."""
+    arrays: list[_Arr] = []
+
+    def default(o):
+        if isinstance(o, _Arr):
+            arrays.append(o)
+            return f"\x00ARR{len(arrays) - 1}\x00"
+        if isinstance(o, np.integer):
+            return int(o)
+        if isinstance(o, np.floating):
+            return None if not np.isfinite(o) else float(o)
+        if isinstance(o, Path):
+            return str(o)
+        raise TypeError(type(o))
+
+    text = json.dumps(obj, default=default, allow_nan=False, separators=(",", ":"))
+    text = re.sub(r'"\\u0000ARR(\d+)\\u0000"', lambda m: _fmt_array(arrays[int(m.group(1))].a), text)
+    # "</script>" or "<!--" inside a string must not end the element early
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# --- the data the page plots ------------------------------------------------------------------
+
+
+def build_payload(result) -> dict:
+    """Everything report.js draws, as plain JSON-able data (tested without a browser)."""
+    s = result.summary
+    tl = result.timeline
+    steps = np.asarray(tl.steps) if tl is not None else np.zeros(0, np.int64)
+    names = tl.names() if tl is not None else []
+    marks = data.markers(s)
+    payload: dict = {"markers": marks, "timelines": [], "families": [], "heads": [], "loss": None}
+
+    curve = data.loss_curve(s)
+    if curve is not None:
+        x, y = data.downsample_xy(curve.steps, curve.loss, MAX_SERIES_POINTS)
+        loss = {"source": curve.source, "x": _Arr(x), "loss": _Arr(y), "grad_norm": None}
+        if curve.grad_norm is not None and np.isfinite(curve.grad_norm).any():
+            gx, gy = data.downsample_xy(curve.steps, curve.grad_norm, MAX_SERIES_POINTS)
+            loss["grad_norm"] = {"x": _Arr(gx), "y": _Arr(gy)}
+        payload["loss"] = loss
+
+    if len(steps) == 0:
+        return payload
+
+    for name in data.leading_monitors(s, names, k=TIMELINE_MONITORS):
+        info = data.monitor_info(name)
+        arr = tl.get(name)
+        mat = data.layer_matrix(arr, info.direction)
+        alarms = data.alarm_steps(s, name)
+        per_trace = max(200, min(MAX_SERIES_POINTS, MAX_PLOT_POINTS // (mat.shape[0] + len(alarms))))
+        traces = []
+        for layer in range(mat.shape[0]):
+            x, y = data.downsample_xy(steps, mat[layer], per_trace)
+            traces.append({"name": f"layer {layer}", "x": _Arr(x), "y": _Arr(y), "emph": False})
+        for a in alarms:  # the heads the evidence names, drawn on top
+            lay, head = a["layer"], a["head"]
+            if lay is None or head is None or not (0 <= lay < arr.shape[1] and 0 <= head < arr.shape[2]):
+                continue
+            if arr.shape[2] == 1:
+                traces[lay]["emph"] = True
+                continue
+            x, y = data.downsample_xy(steps, arr[:, lay, head], per_trace)
+            traces.append({"name": f"layer {lay} head {head}", "x": _Arr(x), "y": _Arr(y), "emph": True})
+        payload["timelines"].append({
+            "monitor": name, "description": info.description, "direction": info.direction,
+            "reduce": _reduce_label(info), "traces": traces, "alarms": alarms[:50],
+        })
+
+    for fam, members in data.families(names).items():
+        mons = []
+        for name in members:
+            info = data.monitor_info(name)
+            mat = data.layer_matrix(tl.get(name), info.direction)
+            xs, red = data.reduce_columns(mat, steps, MAX_HEATMAP_COLS, info.direction)
+            mons.append({"monitor": name, "description": info.description, "direction": info.direction,
+                         "reduce": _reduce_label(info), "x": _Arr(xs), "z": _Arr(red)})
+        payload["families"].append({"family": fam, "monitors": mons})
+
+    drill = [n for n in data.leading_monitors(s, names, k=len(names))
+             if data.monitor_info(n).family in ("attention", "act_attention") and tl.get(n).shape[2] > 1]
+    for name in drill[:DRILL_MONITORS]:
+        info = data.monitor_info(name)
+        arr = tl.get(name)  # [N, L, H]
+        n_layers, n_heads = arr.shape[1], arr.shape[2]
+        cols = max(16, min(MAX_HEATMAP_COLS, MAX_HEAD_CELLS // max(1, n_layers * n_heads)))
+        layers = []
+        xs = steps
+        for layer in range(n_layers):
+            xs, red = data.reduce_columns(arr[:, layer, :].T, steps, cols, info.direction)
+            layers.append(_Arr(red))
+        payload["heads"].append({"monitor": name, "description": info.description, "x": _Arr(xs),
+                                 "layers": layers})
+    return payload
+
+
+def _reduce_label(info: data.MonitorInfo) -> str:
+    if info.scope != "head":
+        return "per layer"
+    return {"down": "min over heads", "up": "max over heads"}.get(info.direction, "mean over heads")
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+
+def _e(x) -> str:
+    return html.escape("-" if x is None else str(x))
+
+
+def _verdict_html(s: dict) -> str:
+    v = data.verdict(s)
+    m = data.markers(s)
+    if v["anomalous"]:
+        conf = v["confidence"]
+        conf_s = f" &middot; confidence {conf:.2f}" if isinstance(conf, (int, float)) else ""
+        head = (f'<div class="verdict bad"><span class="tag">ANOMALOUS</span> {_e(v["fault_type"])}{conf_s}'
+                f' &middot; earliest anomalous step <b>{_e(v["earliest_step"])}</b></div>')
+    else:
+        head = '<div class="verdict ok"><span class="tag">HEALTHY</span> no sustained anomaly in the monitors</div>'
+    facts = [
+        ("loss divergence step", m["divergence_step"]),
+        ("lead time over the loss (steps)", s.get("lead_time_steps")),
+        ("log-only detector alarm step", m["log_only_alarm_step"]),
+        ("log-only detector lead time (steps)", s.get("log_only_lead_time_steps")),
+    ]
+    facts_html = "".join(f"<div><span>{_e(k)}</span><b>{_e(val)}</b></div>" for k, val in facts)
+    rows = "".join(
+        f"<tr><td>{_e(e.get('monitor'))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
+        f"<td>{_e(data.evidence_step(e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
+        for e in v["evidence"][:50])
+    ev = ("<table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th><th>first alarm step</th>"
+          f"<th>score</th></tr></thead><tbody>{rows}</tbody></table>") if rows else "<p class='muted'>no evidence items</p>"
+    findings = "".join(
+        f"<li>{_e(f.get('kind'))} at step {_e(f.get('step'))} layer {_e(f.get('layer'))}: "
+        f"{_e(f.get('nonfinite'))} NaN/Inf values in {_e(', '.join(map(str, f.get('tensors', []))))}</li>"
+        for f in (s.get("findings") or [])[:50])
+    findings = f"<h3>findings</h3><ul>{findings}</ul>" if findings else ""
+    reason = f"<p>{_e(v['reason'])}</p>" if v.get("reason") else ""
+    return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
+
+
+def _score(x):
+    try:
+        return f"{float(x):.3g}"
+    except (TypeError, ValueError):
+        return x
+
+
+def _inputs_html(result) -> str:
+    s = result.summary
+    ck = s.get("checkpoints") or {}
+    steps = ck.get("steps") or []
+    lay = s.get("layout") or {}
+    cfg = lay.get("config") or {}
+    cfg_s = ", ".join(f"{k}={v}" for k, v in cfg.items() if v not in (None, {}, []))
+    skipped = ck.get("skipped") or []
+    log = s.get("log") or (s.get("loss") or {}).get("log")
+    rows = [
+        ("run", s.get("run")), ("output folder", s.get("out")),
+        ("layout", f"{lay.get('family', '?')}" + (f" ({cfg_s})" if cfg_s else "")),
+        ("attention blocks / routers", f"{len(lay.get('attention') or [])} / {len(lay.get('routers') or [])}"),
+        ("checkpoints analysed", f"{ck.get('analyzed', 0)} ({ck.get('reused', 0)} reused)"
+                                 + (f", steps {steps[0]}..{steps[-1]}" if steps else "")),
+        ("checkpoints skipped", len(skipped)),
+        ("training log", log.get("path") if isinstance(log, dict) else None),
+        ("device", s.get("device")), ("elapsed (s)", s.get("elapsed_s")),
+        ("command", " ".join(map(str, s.get("command") or []))),
+        ("versions", (f"analysed by ckptscan {s.get('ckptscan_version', '?')}; report by ckptscan {__version__}, "
+                      f"plotly.js {_plotly_version()}; schema {s.get('schema', '?')}")),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    sk = "".join(f"<tr><td>{_e(x.get('path'))}</td><td>{_e(x.get('reason'))}</td>"
+                 f"<td>{'error' if x.get('error', True) else 'expected'}</td></tr>" for x in skipped[:500])
+    sk_html = (f"<h3>skipped inputs</h3><table class='ev'><thead><tr><th>path</th><th>reason</th><th>kind</th></tr>"
+               f"</thead><tbody>{sk}</tbody></table>") if sk else ""
+    notes = lay.get("notes") or []
+    notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    notes_html = f"<h3>layout notes</h3><ul>{notes_html}</ul>" if notes_html else ""
+    return f"<table class='kv'>{body}</table>{sk_html}{notes_html}"
+
+
+def _plotly_version() -> str:
+    try:
+        import plotly
+
+        return f"inlined from the plotly {plotly.__version__} Python package"
+    except ImportError:
+        return "?"
+
+
+def _plotly_js() -> str:
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError as e:  # declared dependency; a clear message if an install lacks it
+        from ckptscan.errors import UsageError
+
+        raise UsageError("--html needs the 'plotly' package (pip install plotly)") from e
+    return get_plotlyjs()
+
+
+def render_html(result) -> str:
+    s = result.summary
+    template = (_HERE / "template.html").read_text()
+    app = (_HERE / "report.js").read_text()
+    plotly_js = _plotly_js().replace("</script", "<\\/script")
+    title = f"ckptscan report: {Path(str(s.get('run', 'run'))).name}"
+    parts = {
+        "CSP": CSP,
+        "TITLE": html.escape(title),
+        "RUN": _e(s.get("run")),
+        "VERDICT": _verdict_html(s),
+        "INPUTS": _inputs_html(result),
+        "DATA": to_json(build_payload(result)),
+        "PLOTLY": plotly_js,
+        "APP": app,
+    }
+    # one pass, so that nothing inserted is scanned for placeholders again
+    return re.sub(r"@@(CSP|TITLE|RUN|VERDICT|INPUTS|DATA|PLOTLY|APP)@@", lambda m: parts[m.group(1)], template)
+
+
+def write_html(result, path: str | Path) -> Path:
+    """Write the report to ``path`` (atomically); returns the path."""
+    from ckptscan.timeline import atomic_write
+
+    path = Path(path)
+    atomic_write(path, render_html(result))
+    return path

@@ -1,0 +1,304 @@
+"""The HTML report in a real browser: headless Chromium loads it from disk (file://).
+
+Checks: no console errors or exceptions, no network request of any kind, the plots rendered, the
+drill-down select box re-renders, and a screenshot for humans (``test-artifacts/report.png``).
+
+Chromium is driven over the DevTools protocol through ``--remote-debugging-pipe`` (JSON messages
+separated by NUL bytes on file descriptors 3 and 4), so no websocket client or selenium is needed.
+Skipped when no Chromium is installed (CI installs the Debian ``chromium`` package).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptscan.api import Result
+from ckptscan.report.html import write_html
+from ckptscan.timeline import Timeline
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+def find_chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+class Browser:
+    """A headless Chromium spoken to over the DevTools pipe; one page, events recorded."""
+
+    def __init__(self, profile: Path, width: int = 1400, height: int = 1000):
+        exe = find_chromium()
+        cmd_r, self._cmd_w = os.pipe()
+        self._resp_r, resp_w = os.pipe()
+
+        def child_fds():  # chromium reads commands on fd 3 and writes replies on fd 4
+            a, b = os.dup(cmd_r), os.dup(resp_w)  # dup first: the originals may already be 3 or 4
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        args = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--remote-debugging-pipe", f"--user-data-dir={profile}", "--no-first-run",
+                "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-default-apps", "--disable-extensions", "--disable-quic",
+                "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
+                "--hide-scrollbars", "about:blank"]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, close_fds=False,
+                                     preexec_fn=child_fds)  # noqa: PLW1509 (no threads here)
+        os.close(cmd_r)
+        os.close(resp_w)
+        self._buf = b""
+        self._id = 0
+        self.events: list[dict] = []
+        self.session = None
+        targets = self.call("Target.getTargets")["targetInfos"]
+        page = next(t for t in targets if t["type"] == "page")
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
+    # --- protocol ---------------------------------------------------------------------------
+    def _read_message(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no reply from chromium")
+            ready, _, _ = select.select([self._resp_r], [], [], left)
+            if ready:
+                chunk = os.read(self._resp_r, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed the DevTools pipe")
+                self._buf += chunk
+        msg, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def call(self, method: str, timeout: float = 30.0, **params) -> dict:
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if self.session is not None and not method.startswith("Target."):
+            msg["sessionId"] = self.session
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self._read_message(deadline)
+            if m.get("id") == self._id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+            if "method" in m:
+                self.events.append(m)
+
+    def wait_event(self, method: str, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        for e in self.events:
+            if e["method"] == method:
+                return e
+        while True:
+            m = self._read_message(deadline)
+            if "method" in m:
+                self.events.append(m)
+                if m["method"] == method:
+                    return m
+
+    def evaluate(self, expr: str):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expr!r}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def wait_for(self, expr: str, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = self.evaluate(expr)
+            if v:
+                return v
+            time.sleep(0.1)
+        raise TimeoutError(expr)
+
+    def screenshot(self, path: Path, full_page: bool = True) -> None:
+        params = {"format": "png"}
+        if full_page:
+            size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+            params.update(captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+        data = self.call("Page.captureScreenshot", **params)["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+
+    # --- what the page did ------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        out = []
+        for e in self.events:
+            p = e.get("params", {})
+            if e["method"] == "Runtime.exceptionThrown":
+                out.append(f"exception: {p['exceptionDetails'].get('exception', {}).get('description') or p}")
+            elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "warning", "assert"):
+                out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
+            elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+                out.append(f"log {p['entry']['level']}: {p['entry']['text']} {p['entry'].get('url', '')}")
+        return out
+
+    def requests(self) -> list[str]:
+        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout=5)
+        except (RuntimeError, TimeoutError, OSError):  # already gone: wait/kill below
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._cmd_w)
+        os.close(self._resp_r)
+
+
+def network_requests(browser: Browser) -> list[str]:
+    """Every URL the page asked for, except in-page ``data:``/``blob:`` URLs (plotly draws heatmaps
+    into data: images; those never leave the page)."""
+    return [u for u in browser.requests() if not u.startswith(("data:", "blob:"))]
+
+
+def open_report(browser: Browser, path: Path) -> None:
+    browser.call("Page.navigate", url=path.resolve().as_uri())
+    browser.wait_event("Page.loadEventFired")
+    browser.wait_for("document.body.getAttribute('data-rendered') === '1'")
+
+
+def fault_result(n=80, layers=3, heads=4) -> Result:
+    """A result shaped like a low-precision-attention fault: one head's D2 entropy collapses."""
+    rng = np.random.default_rng(1)
+    steps = np.arange(1, n + 1) * 25
+    series = {}
+    for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm"):
+        a = 0.8 + 0.01 * rng.standard_normal((n, layers, heads))
+        if name == "attn.D2.entropy2":
+            a[n // 2:, 1, 2] -= np.linspace(0, 0.5, n - n // 2)
+            a[0] = np.nan
+        series[name] = a
+    series["router.similarity"] = 0.1 + 0.01 * rng.standard_normal((n, layers, 1))
+    series["numerics.nonfinite"] = np.zeros((n, layers, 1))
+    tl = Timeline.from_arrays(steps, series, {})
+    first = int(steps[n // 2 + 4])
+    summary = {
+        "schema": "ckptscan/1", "ckptscan_version": "0.1.0", "run": "/nonexistent/run", "out": "/tmp/x",
+        "command": ["ckptscan", "analyze", "/nonexistent/run"], "layout": {"family": "mixtral"}, "device": "cpu",
+        "checkpoints": {"analyzed": n, "reused": 0, "steps": steps.tolist(),
+                        "skipped": [{"path": "checkpoint-9", "reason": "truncated safetensors header", "error": True}]},
+        "monitors": tl.names(), "findings": [],
+        "verdict": {"anomalous": True, "earliest_step": first, "fault_type": "lowprec_attention", "confidence": 0.9,
+                    "evidence": [{"monitor": "attn.D2.entropy2", "layer": 1, "head": 2, "first_alarm_step": first,
+                                  "score": 9.1}]},
+        "loss": {"divergence_step": int(steps[-6]), "log_only_alarm_step": int(steps[-4]),
+                 "curve": {"steps": steps.tolist(), "loss": (3 - np.log(steps / 10) * 0.2).tolist()}},
+        "lead_time_steps": int(steps[-6] - first), "log_only_lead_time_steps": int(steps[-6] - steps[-4]),
+    }
+    return Result(Path("/nonexistent/run"), Path("/tmp/x"), summary, tl, [])
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if find_chromium() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it")
+    b = Browser(tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+
+def test_report_renders_offline_without_errors(browser, tmp_path):
+    path = write_html(fault_result(), tmp_path / "report.html")
+    browser.events.clear()
+    open_report(browser, path)
+    n_plots = browser.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+    # loss + 4 leading-monitor timelines (3 available here: D2, M.entropy2, router.similarity)
+    # + one heatmap per family (attention, router, numerics) + the head drill-down
+    assert n_plots == 1 + 3 + 3 + 1, n_plots
+    assert browser.evaluate("document.querySelectorAll('.main-svg').length") >= n_plots
+    # heatmaps drew their images, line plots their paths
+    assert browser.evaluate("document.querySelectorAll('.hm image, .heatmaplayer image').length") >= 4
+    assert browser.evaluate("document.querySelectorAll('.scatterlayer .trace path.js-line').length") >= 4
+    # the verdict is in the page text (rendered server-side)
+    text = browser.evaluate("document.getElementById('verdict').innerText")
+    assert "ANOMALOUS" in text and "lowprec_attention" in text
+
+    # the drill-down re-renders for another layer
+    before = browser.evaluate("document.getElementById('head-plot').layout.title.text")
+    assert "layer 1" in before  # opens on the layer the evidence names
+    browser.evaluate("""(function(){var s=document.querySelector('select[aria-label=layer]');
+        s.value='0'; s.dispatchEvent(new Event('change')); return 1;})()""")
+    after = browser.evaluate("document.getElementById('head-plot').layout.title.text")
+    assert "layer 0" in after
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.screenshot(ARTIFACTS / "report.png")
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+
+    assert browser.problems() == []
+    assert network_requests(browser) == [path.resolve().as_uri()]  # the report itself, nothing else
+
+
+def test_healthy_report_without_loss_or_heads(browser, tmp_path):
+    """A result with nothing optional (no log, no head-level series) still renders cleanly."""
+    steps = np.arange(1, 11) * 100
+    tl = Timeline.from_arrays(steps, {"router.similarity": np.full((10, 2, 1), 0.1)}, {})
+    summary = {"schema": "ckptscan/1", "ckptscan_version": "0.1.0", "run": "/nonexistent", "out": "/tmp/y",
+               "command": [], "checkpoints": {"analyzed": 10, "reused": 0, "steps": steps.tolist(), "skipped": []},
+               "monitors": tl.names(), "findings": [],
+               "verdict": {"anomalous": False, "earliest_step": None, "fault_type": "healthy", "confidence": 0.0,
+                           "evidence": []},
+               "loss": {"divergence_step": None, "log_only_alarm_step": None}, "lead_time_steps": None}
+    path = write_html(Result(Path("/nonexistent"), Path("/tmp/y"), summary, tl, []), tmp_path / "h.html")
+    browser.events.clear()
+    open_report(browser, path)
+    assert browser.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 2  # timeline + heatmap
+    assert "HEALTHY" in browser.evaluate("document.getElementById('verdict').innerText")
+    assert browser.problems() == []
+    assert network_requests(browser) == [path.resolve().as_uri()]
+
+
+def test_a_network_request_would_be_caught(browser, tmp_path):
+    """The checks above can fail: a page that fetches something shows up in requests/problems."""
+    page = tmp_path / "bad.html"
+    page.write_text("<html><body><img src='https://cdn.example.com/x.png'>"
+                    "<script>console.error('boom')</script></body></html>")
+    browser.events.clear()
+    browser.call("Page.navigate", url=page.as_uri())
+    browser.wait_event("Page.loadEventFired")
+    assert any("cdn.example.com" in u for u in network_requests(browser))
+    assert any("boom" in p for p in browser.problems())
+
+
+if __name__ == "__main__":  # python -m tests.test_html_browser [OUT_DIR] PNG: screenshot for the docs
+    import sys
+    import tempfile
+
+    from ckptscan.api import load_result
+
+    *src, png = sys.argv[1:]
+    res = load_result(src[0]) if src else fault_result()
+    with tempfile.TemporaryDirectory() as tmp:
+        page = write_html(res, Path(tmp) / "report.html")
+        b = Browser(Path(tmp) / "profile", width=1280, height=900)
+        try:
+            open_report(b, page)
+            b.screenshot(Path(png), full_page=False)
+            print(png, "problems:", b.problems(), "requests:", network_requests(b))
+        finally:
+            b.close()

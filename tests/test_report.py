@@ -1,0 +1,422 @@
+"""Reports: terminal, HTML (without a browser: tests/test_html_browser.py has the browser), JUnit,
+GitHub Actions, the JSON schema, and the exit codes of analyze/report."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from ckptscan.api import Result, load_result
+from ckptscan.cli import main
+from ckptscan.report import data, emit
+from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
+from ckptscan.report.html import render_html, to_json, write_html
+from ckptscan.report.schema import summary_schema, validate
+from ckptscan.report.terminal import BLOCKS, print_result
+from ckptscan.timeline import Timeline, atomic_write
+from tests.runs import make_run
+
+
+def make_result(n=60, layers=3, heads=4, anomalous=True, skipped=(), findings=(), run="/nonexistent/run",
+                curve=True) -> Result:
+    """A stored result of the shape analyze writes: one head's D2 entropy collapses from n/2 on."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, n + 1) * 10
+    series = {}
+    for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm"):
+        a = 0.8 + 0.01 * rng.standard_normal((n, layers, heads))
+        if anomalous and name == "attn.D2.entropy2":
+            a[n // 2:, 1, 2] -= np.linspace(0.05, 0.5, n - n // 2)
+        if name == "attn.D2.entropy2":
+            a[0] = np.nan
+        series[name] = a
+    series["router.similarity"] = 0.1 + 0.01 * rng.standard_normal((n, layers, 1))
+    series["numerics.nonfinite"] = np.zeros((n, layers, 1))
+    tl = Timeline.from_arrays(steps, series, {})
+    first = int(steps[n // 2 + 2]) if anomalous else None
+    div = int(steps[-5]) if anomalous else None
+    summary = {
+        "schema": "ckptscan/1", "ckptscan_version": "0.1.0", "run": run, "out": "/tmp/out",
+        "command": ["ckptscan", "analyze", run], "layout": {"family": "mixtral"}, "device": "cpu",
+        "checkpoints": {"analyzed": n, "reused": 0, "steps": steps.tolist(),
+                        "skipped": [{"path": p, "reason": "truncated header", "error": True} for p in skipped]},
+        "monitors": tl.names(), "findings": list(findings),
+        "verdict": {"anomalous": anomalous, "earliest_step": first,
+                    "fault_type": "lowprec_attention" if anomalous else "healthy",
+                    "confidence": 0.9 if anomalous else 0.0,
+                    "evidence": [{"monitor": "attn.D2.entropy2", "layer": 1, "head": 2, "first_alarm_step": first,
+                                  "score": 8.25}] if anomalous else []},
+        "loss": {"divergence_step": div, "log_only_alarm_step": int(steps[-3]) if anomalous else None},
+        "lead_time_steps": (div - first) if anomalous else None,
+        "log_only_lead_time_steps": -20 if anomalous else None,
+        "elapsed_s": 1.5,
+    }
+    if curve:
+        summary["loss"]["curve"] = {"steps": steps.tolist(), "loss": (3.0 - 0.001 * steps).tolist()}
+    res = Result(Path(run), Path("/tmp/out"), summary, tl, [])
+    return res
+
+
+def render_terminal(result, width=100, quiet=False) -> str:
+    buf = io.StringIO()
+    print_result(result, Console(file=buf, width=width, no_color=True, highlight=False), quiet=quiet)
+    return buf.getvalue()
+
+
+# --- data helpers against slow references ---------------------------------------------------------
+
+
+def test_layer_matrix_takes_the_anomalous_extreme_over_heads():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 3, 5))
+    a[2, 1, :] = np.nan
+    for direction, ref in (("down", min), ("up", max)):
+        m = data.layer_matrix(a, direction)
+        for t in range(7):
+            for layer in range(3):
+                vals = [v for v in a[t, layer] if not np.isnan(v)]
+                expect = ref(vals) if vals else np.nan
+                assert m[layer, t] == pytest.approx(expect, nan_ok=True)
+    assert data.layer_matrix(a, "both")[0, 0] == pytest.approx(a[0, 0].mean())
+
+
+def test_reduce_columns_and_downsample_keep_extremes():
+    rng = np.random.default_rng(4)
+    mat = rng.standard_normal((2, 1000))
+    mat[1, 777] = -50.0
+    steps = np.arange(1000) * 3
+    xs, red = data.reduce_columns(mat, steps, 64, "down")
+    assert red.shape == (2, 64) and len(xs) == 64
+    assert red[1].min() == -50.0  # the dip survives binning
+    # every column is the min over a contiguous block of steps, blocks covering everything once
+    edges = [int(np.searchsorted(steps, x)) for x in xs] + [1000]
+    for j in range(64):
+        assert red[0, j] == mat[0, edges[j]:edges[j + 1]].min()
+    y = rng.standard_normal(5000)
+    y[1234], y[4321] = 99.0, -99.0
+    x = np.arange(5000)
+    dx, dy = data.downsample_xy(x, y, 300)
+    assert len(dx) <= 300 and 99.0 in dy and -99.0 in dy
+    assert np.all(np.diff(dx) > 0)  # still in step order
+    assert all(y[int(i)] == v for i, v in zip(dx, dy))
+
+
+def test_deviation_is_robust_units_in_the_anomalous_direction():
+    row = np.array([1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 0.0, 2.0])
+    base = row[:3]
+    med = np.median(base)
+    mad = 1.4826 * np.median(np.abs(base - med))
+    down = data.deviation(row[None], "down", baseline_frac=0.0)[0]
+    up = data.deviation(row[None], "up", baseline_frac=0.0)[0]
+    both = data.deviation(row[None], "both", baseline_frac=0.0)[0]
+    assert down[6] == pytest.approx((med - 0.0) / mad) and down[7] == 0.0
+    assert up[7] == pytest.approx((2.0 - med) / mad) and up[6] == 0.0
+    assert both[6] == pytest.approx(down[6]) and both[7] == pytest.approx(up[7])
+
+
+def test_leading_monitors_evidence_first_then_defaults():
+    s = make_result().summary
+    names = ["attn.M.entropy2", "attn.D2.entropy2", "router.similarity", "attn_rope.D2.entropy2"]
+    assert data.leading_monitors(s, names, k=4) == ["attn.D2.entropy2", "attn_rope.D2.entropy2",
+                                                     "attn.M.entropy2", "router.similarity"]
+    s["verdict"]["evidence"] = [{"monitor": "router.similarity"}]
+    assert data.leading_monitors(s, names, k=1) == ["router.similarity"]
+
+
+def test_loss_curve_from_log_file_or_absent(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i, "loss": 2.0 + i / 100})
+                                                      for i in range(1, 21)))
+    c = data.loss_curve({"run": str(tmp_path), "loss": {}})
+    assert c is not None and list(c.steps) == list(range(1, 21)) and c.loss[0] == pytest.approx(2.01)
+    assert data.loss_curve({"run": str(tmp_path / "gone"), "loss": {}}) is None
+
+
+# --- terminal -------------------------------------------------------------------------------------
+
+
+def test_terminal_report_order_width_and_no_colour():
+    out = render_terminal(make_result(n=300))
+    lines = out.splitlines()
+    assert lines[0].startswith("ANOMALOUS: lowprec_attention (confidence 0.90), earliest anomalous step 1530")
+    assert max(len(x) for x in lines) <= 100
+    assert "\x1b[" not in out
+    assert "lead time" in out and "log-only detector alarm 2980 (lead -20)" in out
+    ev = next(x for x in lines if "attn.D2.entropy2" in x and "│" in x)
+    assert re.search(r"│\s+1\s+│\s+2\s+│\s+1530\s+│\s+8\.25\s+│", ev)
+    # the heat strip: layer 1 rises to full blocks after the collapse, the other layers stay low
+    start = lines.index(next(x for x in lines if x.startswith("attn.D2.entropy2  [")))
+    strip = {x.split()[0]: x[6:] for x in lines[start + 1:start + 4]}
+    assert set(strip) == {"L0", "L1", "L2"}
+    assert strip["L1"].rstrip().endswith(BLOCKS[-1] * 10)
+    assert BLOCKS[-1] not in strip["L0"] and BLOCKS[-1] not in strip["L2"]
+    assert strip["L1"][:40].count(BLOCKS[-1]) == 0
+    assert "^" in lines[start + 4] and "D" in lines[start + 4]
+
+
+def test_terminal_quiet_healthy_and_skipped():
+    res = make_result(anomalous=False, skipped=["checkpoint-7/model.safetensors"])
+    assert render_terminal(res, quiet=True).strip() == "HEALTHY: no sustained anomaly in the monitors"
+    out = render_terminal(res)
+    assert "skipped (1)" in out and "checkpoint-7/model.safetensors: truncated header" in out
+    assert "^" not in out  # no markers in a healthy run
+
+
+def test_terminal_no_color_env_in_a_terminal(monkeypatch):
+    from ckptscan.cli import _console
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    con = _console()
+    buf = io.StringIO()
+    con.file = buf
+    con._force_terminal = True
+    print_result(make_result(), con)
+    assert "\x1b[3" not in buf.getvalue() and "\x1b[9" not in buf.getvalue()  # no colour codes
+
+
+# --- HTML without a browser ----------------------------------------------------------------------
+
+
+def _split_html(page: str):
+    scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.DOTALL)
+    assert len(scripts) == 2  # plotly.js, then the app
+    m = re.search(r'<script type="application/json" id="ckptscan-data">(.*?)</script>', page, flags=re.DOTALL)
+    return scripts[0], scripts[1], json.loads(m.group(1)), page.replace(scripts[0], "")
+
+
+def test_html_is_self_contained_and_carries_the_data():
+    res = make_result(run="/runs/a</script><b>x")
+    page = render_html(res)
+    plotly_js, _app, payload, rest = _split_html(page)
+    assert "Plotly" in plotly_js and len(plotly_js) > 1_000_000
+    # nothing outside the plotly.js library points anywhere: no src=, href=, url(), http(s) links
+    assert not re.search(r"https?://", rest.replace("http-equiv", ""))
+    assert not re.search(r"\b(src|href)\s*=", rest) and "url(" not in rest and "@import" not in rest
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert "&lt;/script&gt;&lt;b&gt;x" in page and "<b>x" not in page  # the run path is escaped
+    # the numbers: D2 layer 1 of the heatmap is the min over heads, 4 significant digits
+    fam = next(f for f in payload["families"] if f["family"] == "attention")
+    d2 = next(m for m in fam["monitors"] if m["monitor"] == "attn.D2.entropy2")
+    arr = res.timeline.get("attn.D2.entropy2")
+    assert d2["x"] == res.timeline.steps.tolist()
+    assert d2["z"][1][0] is None  # first checkpoint of a pair monitor: undefined
+    for t in range(1, 60):
+        assert d2["z"][1][t] == pytest.approx(float(np.nanmin(arr[t, 1])), rel=6e-4)
+    heads = payload["heads"][0]
+    assert heads["monitor"] == "attn.D2.entropy2" and len(heads["layers"]) == 3
+    assert heads["layers"][1][2][-1] == pytest.approx(float(arr[-1, 1, 2]), rel=6e-4)
+    tl = payload["timelines"][0]
+    assert tl["monitor"] == "attn.D2.entropy2" and tl["alarms"] == [{"layer": 1, "head": 2, "step": 330}]
+    assert any(t["name"] == "layer 1 head 2" and t["emph"] for t in tl["traces"])
+    assert payload["loss"]["x"][:3] == [10, 20, 30]
+    assert payload["markers"] == {"earliest_step": 330, "divergence_step": 560, "log_only_alarm_step": 580}
+
+
+def test_to_json_rounds_and_escapes():
+    from ckptscan.report.html import _Arr
+
+    text = to_json({"a": _Arr(np.array([1.23456789, np.nan, np.inf, -2.5e-7, 12345678.0])), "s": "</script>"})
+    assert "</" not in text
+    back = json.loads(text)
+    assert back["a"] == [1.235, None, None, -2.5e-07, 1.235e07] and back["s"] == "</script>"
+
+
+def test_html_large_run_stays_small(tmp_path):
+    """3000 checkpoints x 24 layers x 16 heads: the page stays a few MB (plotly.js is ~4.8 MB)."""
+    n, layers, heads = 3000, 24, 16
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, n + 1)
+    series = {name: rng.random((n, layers, heads), dtype=np.float32)
+              for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm")}
+    res = make_result()
+    res.timeline = Timeline(steps, series, {})
+    res.summary["checkpoints"]["steps"] = steps.tolist()
+    res.summary["monitors"] = sorted(series)
+    path = write_html(res, tmp_path / "big.html")
+    size = path.stat().st_size
+    assert size < 12_000_000, size
+    payload = _split_html(path.read_text())[2]
+    assert all(len(m["x"]) <= 600 for f in payload["families"] for m in f["monitors"])
+    assert all(len(t["x"]) <= 2000 for tl in payload["timelines"] for t in tl["traces"])
+
+
+# --- CI: JUnit, GitHub Actions ------------------------------------------------------------------------
+
+
+def _cases(tree):
+    suite = tree.getroot().find("testsuite")
+    return suite, {c.get("name"): c for c in suite.findall("testcase")}
+
+
+def test_junit_anomalous_run(tmp_path):
+    finding = {"kind": "nonfinite", "step": 400, "layer": 0, "nonfinite": 3, "tensors": ["q_proj"]}
+    res = make_result(skipped=["checkpoint-9"], findings=[finding])
+    path = write_junit(res, tmp_path / "j.xml")
+    tree = ET.parse(path)
+    suite, cases = _cases(tree)
+    assert set(cases) == {"verdict", "attention", "router", "numerics", "inputs"}
+    assert cases["verdict"].find("failure") is not None
+    assert "lowprec_attention" in cases["verdict"].find("failure").get("message")
+    assert "attn.D2.entropy2: layer 1 head 2, first alarm at step 330" in cases["attention"].find("failure").text
+    assert cases["router"].find("failure") is None
+    assert "3 NaN/Inf values" in cases["numerics"].find("failure").text
+    assert "checkpoint-9: truncated header" in cases["inputs"].find("error").text
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "3", "1")
+
+
+def test_junit_healthy_run_has_no_failures():
+    suite, cases = _cases(junit_tree(make_result(anomalous=False)))
+    assert suite.get("failures") == "0" and suite.get("errors") == "0"
+    assert all(c.find("failure") is None and c.find("error") is None for c in cases.values())
+
+
+def _gh_unescape(s: str) -> str:  # GitHub's documented escapes, reversed
+    return s.replace("%0A", "\n").replace("%0D", "\r").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+
+
+def test_github_annotations_and_escaping():
+    res = make_result(skipped=["a,b:c%"])
+    lines = github_annotations(res)
+    assert all("\n" not in x for x in lines)
+    m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[0])
+    assert m and _gh_unescape(m.group(1)) == "ckptscan: anomalous training run"
+    assert _gh_unescape(m.group(2)).splitlines()[0].startswith("anomalous: lowprec_attention, earliest anomalous step 330")
+    m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[1])
+    assert _gh_unescape(m.group(2)) == "a,b:c%: truncated header"
+    healthy = github_annotations(make_result(anomalous=False))
+    assert healthy[0].startswith("::notice ")
+    many = github_annotations(make_result(skipped=[f"c{i}" for i in range(15)]))
+    assert len(many) == 1 + 10 + 1 and many[-1].startswith("::warning ")
+
+
+def test_emit_under_github_actions(tmp_path, monkeypatch, capsys):
+    summary_file = tmp_path / "step_summary.md"
+    summary_file.write_text("previous step\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    res = make_result()
+    emit(res, as_json=True, quiet=False, html_file=None, junit_file=tmp_path / "j.xml", console=Console())
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verdict"]["anomalous"] is True  # stdout stays pure JSON
+    assert "::error title=" in err and "JUnit XML:" in err
+    md = summary_file.read_text()
+    assert md.startswith("previous step\n## ckptscan: ")  # appended, not overwritten
+    assert "| attn.D2.entropy2 | 1 | 2 | 330 | 8.25 |" in md
+    assert md.count("|---") >= 2
+    # terminal mode: annotations on stdout after the report; without GITHUB_ACTIONS, none
+    emit(res, as_json=False, quiet=True, html_file=None, junit_file=None, console=Console(file=io.StringIO()))
+    assert "::error title=" in capsys.readouterr().out
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    emit(res, as_json=True, quiet=True, html_file=None, junit_file=None, console=Console())
+    assert "::" not in capsys.readouterr().err
+
+
+def test_step_summary_healthy():
+    md = step_summary_markdown(make_result(anomalous=False))
+    assert "healthy run" in md and "### Evidence" not in md
+
+
+# --- the JSON schema ---------------------------------------------------------------------------------
+
+
+def test_schema_is_draft_2020_12_and_accepts_our_summaries():
+    sch = summary_schema()
+    assert sch["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    for res in (make_result(), make_result(anomalous=False, skipped=["x"])):
+        assert validate(json.loads(res.to_json())) == []
+
+
+@pytest.mark.parametrize("mutate, expect", [
+    (lambda s: s.pop("verdict"), "missing required key 'verdict'"),
+    (lambda s: s["verdict"].update(fault_type="gremlins"), "$.verdict.fault_type"),
+    (lambda s: s["verdict"].update(anomalous="yes"), "expected boolean"),
+    (lambda s: s["verdict"].update(confidence=1.5), "maximum"),
+    (lambda s: s["checkpoints"]["skipped"].append({"path": "x"}), "missing required key 'reason'"),
+    (lambda s: s["verdict"]["evidence"][0].update(layer="one"), "$.verdict.evidence[0].layer"),
+    (lambda s: s["loss"].update(divergence_step=-3), "minimum"),
+    (lambda s: s.update(schema="ckptscan/2"), "$.schema"),
+])
+def test_schema_rejects_broken_summaries(mutate, expect):
+    s = json.loads(make_result().to_json())
+    mutate(s)
+    errors = validate(s)
+    assert errors and any(expect in e for e in errors), errors
+
+
+def test_validator_refuses_keywords_it_does_not_implement():
+    with pytest.raises(ValueError, match="pattern"):
+        validate("x", {"type": "string", "pattern": "^a"})
+    assert validate(None, {"anyOf": [{"type": "integer"}, {"type": "null"}]}) == []
+    assert validate("x", {"anyOf": [{"type": "integer"}, {"type": "null"}]})
+
+
+# --- CLI: exit codes, stored results, every JSON output valid ------------------------------------------
+
+
+def store(res: Result, out: Path) -> Path:
+    """Write a result the way analyze does, for ``ckptscan report``."""
+    out.mkdir(parents=True, exist_ok=True)
+    res.summary["out"] = str(out)
+    res.timeline.save(out / "timeline.h5")
+    atomic_write(out / "summary.json", res.to_json())
+    return out
+
+
+@pytest.mark.parametrize("anomalous, skipped, fail_on, code", [
+    (True, [], "anomaly", 1), (True, ["x"], "anomaly", 1), (False, ["x"], "anomaly", 3),
+    (False, [], "anomaly", 0), (True, [], "input-error", 0), (True, ["x"], "input-error", 3),
+    (True, ["x"], "never", 0),
+])
+def test_report_command_exit_codes(tmp_path, anomalous, skipped, fail_on, code):
+    out = store(make_result(anomalous=anomalous, skipped=skipped), tmp_path / "out")
+    r = CliRunner().invoke(main, ["report", str(out), "--json", "--fail-on", fail_on])
+    assert r.exit_code == code, r.output
+    assert validate(json.loads(r.stdout)) == []
+
+
+def test_report_command_writes_files_and_renders_without_recomputing(tmp_path):
+    out = store(make_result(), tmp_path / "out")
+    html, junit = tmp_path / "r.html", tmp_path / "r.xml"
+    r = CliRunner().invoke(main, ["report", str(out), "--html", str(html), "--junit", str(junit)])
+    assert r.exit_code == 0, r.output  # report defaults to --fail-on never
+    assert r.stdout.startswith("ANOMALOUS: lowprec_attention")
+    assert html.stat().st_size > 1_000_000 and ET.parse(junit).getroot().tag == "testsuites"
+    assert load_result(out).summary == json.loads((out / "summary.json").read_text())
+
+
+def test_report_on_a_folder_without_results_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and "no summary.json" in r.output
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    run = make_run(root / "run", n=3)
+    bad = make_run(root / "bad", n=3)
+    f = bad / "checkpoint-200" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:50])  # truncated: unreadable
+    return run, bad
+
+
+def test_analyze_exit_codes_follow_the_result(tiny_run, tmp_path):
+    run, bad = tiny_run
+    r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "a"), "--json"])
+    s = json.loads(r.stdout)
+    assert validate(s) == [] and validate(json.loads((tmp_path / "a" / "summary.json").read_text())) == []
+    assert r.exit_code == (1 if s["verdict"]["anomalous"] else 0)
+    r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"])
+    s = json.loads(r.stdout)
+    assert validate(s) == []
+    assert [x["path"] for x in s["checkpoints"]["skipped"] if x["error"]]
+    assert r.exit_code == (1 if s["verdict"]["anomalous"] else 3)
+    for fail_on, code in (("never", 0), ("input-error", 3)):
+        r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "-q", "--fail-on", fail_on])
+        assert r.exit_code == code, r.output
