@@ -119,7 +119,7 @@ def analyze(
     from ckptscan.verdict import judge
 
     judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline, analyze_kwargs={
-        "steps": steps, "every": every, "step_regex": step_regex, "device": device,
+        "out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
         "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
         "replay_pattern": replay_pattern,
     })

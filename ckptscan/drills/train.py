@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from ckptscan.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
+
 from .data import load_corpus, replay_batch, sample_batch
 from .model import LowPrecFault, TinyConfig, TinyLM
 from .naming import NAMINGS, config_json, hf_state_dict
@@ -37,26 +39,7 @@ FAULTS = ("none", "lowprec-attention", "high-lr", "combined")
 BENIGN = (None, "warmup-cut", "data-switch")
 DEFAULT_SEVERITY = {"lowprec-attention": 1000.0, "high-lr": 8.0}  # calibrated: docs/drills.md
 
-# Divergence rule (documented in docs/drills.md): EMA of the loss (beta 0.9) exceeds its running
-# minimum by DIVERGENCE_MARGIN nats, or the loss is NaN/Inf.
-EMA_BETA = 0.9
-DIVERGENCE_MARGIN = 1.0
-
-
-def divergence_step(steps: list[int], losses: list[float], *, beta: float = EMA_BETA,
-                    margin: float = DIVERGENCE_MARGIN) -> int | None:
-    """First step where the EMA-smoothed loss exceeds its running minimum by ``margin``, or the loss
-    is not finite; ``None`` if that never happens."""
-    ema = None
-    best = math.inf
-    for s, loss in zip(steps, losses):
-        if not math.isfinite(loss):
-            return s
-        ema = loss if ema is None else beta * ema + (1 - beta) * loss
-        best = min(best, ema)
-        if ema > best + margin:
-            return s
-    return None
+# Divergence rule: ckptscan.logs.divergence_step, the same function analyze uses (docs/detection.md).
 
 
 def base_lr(step: int, *, lr: float, warmup: int, total: int, schedule: str, min_ratio: float,

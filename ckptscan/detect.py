@@ -1,0 +1,300 @@
+"""Baselines, scores and persistent alarms: when did each monitor leave healthy behaviour?
+
+A fault is a deviation from healthy behaviour, not a low value by itself (docs/detection.md).
+Each *detector* below watches one timeline series and knows how healthy training moves it:
+
+* ``level`` series (spectral entropies of the update) hover around a level once warm-up is over;
+  a deviation is a departure from that level.
+* ``rate`` series (update-to-weight ratios, ||D3||/||D2||, logit growth) trend in healthy training
+  (they shrink as the LR decays and the weights grow), so the quantity scored is the
+  checkpoint-to-checkpoint change of their log, and the reference for an "up" series is
+  "no growth" or the run's own recent growth, whichever is larger: a trend reversal that keeps
+  growing is the anomaly, not the trend.
+
+Self-referenced baseline (no healthy run given), per series:
+  reference b_t = median of the *accepted* values in a lagged window of the last ``window``
+  checkpoints, skipping the first ``warmup_skip`` defined values (the warm-up: huge updates,
+  fast-moving spectra); scale s_t = max(floor, 1.4826 * MAD of that window); one-sided score
+  z_t = (x_t - b_t) / s_t (sign by direction).  A value with z_t > ``z_accept`` (2, below the alarm
+  threshold ``z`` = 3) is *not* accepted into later baselines, so an ongoing fault, even a slow
+  one, never becomes the new normal.  An alarm needs ``persist``
+  consecutive exceeding checkpoints; its step is the first of them.
+
+Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
+with the healthy run's value at the same step; the scale is the floor or the healthy run's own
+step-to-step spread, whichever is larger.  Same persistence rule.
+
+Head-scope series whose fault acts on every head at once (update ratios) are reduced to one
+series per layer first (median over heads): it is the whole layer that moves, and the median is
+much quieter than any single head.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ckptscan.monitors import spec as monitor_spec
+
+
+@dataclass(frozen=True)
+class Detector:
+    monitor: str
+    mode: str  # "level" | "rate"
+    log: bool  # score log(x) (positive, scale-like quantities)
+    per_head: bool  # False: median over heads first
+    floor: float  # minimum scale (units of x, or of log x per checkpoint)
+    role: str  # what the classifier reads it as: "structure" | "step_size" | "second_order" | "logits"
+
+
+# Floors: a normalised entropy moving by 3 * 0.05 = 0.15 (of a [0, 1] range), or a log quantity
+# growing by 3 * 0.05 = 0.15 (16 %) per checkpoint, three checkpoints in a row, is never noise
+# in a run that trains normally; below that, a run's short history cannot tell noise from signal.
+DETECTORS: tuple[Detector, ...] = (
+    Detector("attn.D2.entropy2", "level", False, True, 0.05, "structure"),
+    Detector("attn.D2.entropy1", "level", False, True, 0.05, "structure"),
+    Detector("attn.q.update_ratio", "rate", True, False, 0.05, "step_size"),
+    Detector("attn.k.update_ratio", "rate", True, False, 0.05, "step_size"),
+    Detector("router.update_ratio", "rate", True, False, 0.05, "step_size"),
+    Detector("attn.D3_over_D2", "rate", True, False, 0.05, "second_order"),
+    Detector("attn.M.spectral_norm", "rate", True, False, 0.05, "logits"),
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    z: float = 3.0  # score threshold
+    z_accept: float = 2.0  # values scoring above this never enter a later baseline
+    persist: int = 3  # consecutive exceeding checkpoints for an alarm
+    window: int = 8  # lagged baseline window (checkpoints)
+    warmup_skip: int = 1  # first defined values of a series never enter a baseline
+    min_history: int = 1  # accepted baseline values needed before a series is scored
+
+
+@dataclass
+class Alarm:
+    monitor: str
+    block: str  # timeline series name (e.g. "attn.D2.entropy2", "attn_rope.D2.entropy2")
+    layer: int
+    head: int | None  # None: layer aggregate
+    first_step: int  # first checkpoint of the sustained exceedance
+    index: int  # its index in the timeline
+    score: float  # largest score over the sustained run
+    role: str
+    direction: str
+
+    def as_dict(self) -> dict:
+        return {"monitor": self.block, "layer": self.layer, "head": self.head,
+                "first_alarm_step": self.first_step, "score": round(float(self.score), 3),
+                "role": self.role, "direction": self.direction}
+
+
+@dataclass
+class SeriesScore:
+    """Scores of one series over the timeline (NaN where not scored)."""
+
+    z: np.ndarray
+    exceed: np.ndarray  # bool
+
+
+# ---------------------------------------------------------------------------------------------
+# scoring one series
+
+
+def _transform(x: np.ndarray, det: Detector) -> np.ndarray:
+    """The scored quantity: (log) level, or (log) change per checkpoint for rate detectors."""
+    x = np.asarray(x, dtype=np.float64)
+    if det.log:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), np.nan)
+    if det.mode == "rate":
+        d = np.full_like(x, np.nan)
+        d[1:] = x[1:] - x[:-1]
+        return d
+    return x
+
+
+def _sign(direction: str) -> float:
+    return -1.0 if direction == "down" else 1.0
+
+
+def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params()) -> SeriesScore:
+    """Self-referenced one-sided scores of a transformed series ``x`` (NaN = undefined)."""
+    n = len(x)
+    z = np.full(n, np.nan)
+    exceed = np.zeros(n, dtype=bool)
+    accepted: list[tuple[int, float]] = []
+    seen = 0
+    for t in range(n):
+        v = x[t]
+        if not np.isfinite(v):
+            continue
+        seen += 1
+        if seen <= p.warmup_skip:
+            continue
+        hist = [a for (i, a) in accepted if i >= t - p.window]
+        if len(hist) >= p.min_history:
+            h = np.asarray(hist) if hist else np.zeros(1)
+            b = float(np.median(h))
+            if det.mode == "rate":
+                # reference: no change, or the run's own recent change if that is further along
+                # the anomalous direction (healthy growth is not a fault)
+                b = max(b, 0.0) if direction != "down" else min(b, 0.0)
+            mad = 1.4826 * float(np.median(np.abs(h - np.median(h)))) if len(h) >= 3 else 0.0
+            s = max(det.floor, mad)
+            dev = (v - b) / s
+            if direction == "both":
+                zz = abs(dev)
+            else:
+                zz = _sign(direction) * dev
+            z[t] = zz
+            exceed[t] = zz > p.z
+            if zz > p.z_accept:
+                continue  # not accepted: the baseline must not absorb a (slow) deviation
+        accepted.append((t, float(v)))
+    return SeriesScore(z, exceed)
+
+
+def score_reference(x: np.ndarray, ref: np.ndarray, det: Detector, direction: str,
+                    p: Params = Params()) -> SeriesScore:
+    """Scores against a healthy run's series ``ref`` at the same steps (both transformed)."""
+    n = len(x)
+    z = np.full(n, np.nan)
+    exceed = np.zeros(n, dtype=bool)
+    r = ref[np.isfinite(ref)]
+    # the healthy run's own checkpoint-to-checkpoint spread (robust); first differences of a
+    # level series, second differences of a rate series' changes would both be "noise" measures:
+    # use the MAD of first differences of the reference, / sqrt(2) for one value's noise
+    spread = 0.0
+    if len(r) >= 4:
+        dd = np.diff(r[p.warmup_skip:]) if len(r) > p.warmup_skip + 2 else np.diff(r)
+        spread = 1.4826 * float(np.median(np.abs(dd - np.median(dd)))) / np.sqrt(2)
+    s = max(det.floor, spread)
+    seen = 0
+    for t in range(n):
+        if not (np.isfinite(x[t]) and np.isfinite(ref[t])):
+            continue
+        seen += 1
+        if seen <= p.warmup_skip:
+            continue
+        dev = (x[t] - ref[t]) / s
+        zz = abs(dev) if direction == "both" else _sign(direction) * dev
+        z[t] = zz
+        exceed[t] = zz > p.z
+    return SeriesScore(z, exceed)
+
+
+def first_sustained(exceed: np.ndarray, persist: int) -> int | None:
+    """Index of the first run of ``persist`` consecutive True values (None if there is none).
+
+    Checkpoints where the series is undefined break a run (they cannot confirm it)."""
+    run = 0
+    for i, e in enumerate(exceed):
+        run = run + 1 if e else 0
+        if run >= persist:
+            return i - persist + 1
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# a whole timeline
+
+
+def _series_for(timeline, det: Detector) -> list[str]:
+    """Timeline names that a detector watches: the monitor itself and block-prefixed variants."""
+    base = det.monitor.split(".", 1)
+    out = []
+    for name in timeline.names():
+        if name == det.monitor or base[0] == "attn" and name.startswith("attn") and name.split(".", 1)[1:] == base[1:]:
+            out.append(name)
+    return out
+
+
+def _columns(arr: np.ndarray, det: Detector) -> list[tuple[int, int | None, np.ndarray]]:
+    """(layer, head or None, raw series [N]) for each column a detector scores."""
+    _, n_l, n_k = arr.shape
+    cols = []
+    for layer in range(n_l):
+        a = arr[:, layer, :]
+        if not np.isfinite(a).any():
+            continue
+        if det.per_head and n_k > 1:
+            for h in range(n_k):
+                if np.isfinite(a[:, h]).any():
+                    cols.append((layer, h, a[:, h]))
+        else:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                if det.log:  # median of logs = log of median for a positive series
+                    agg = np.nanmedian(np.where(a > 0, a, np.nan), axis=1) if n_k > 1 else a[:, 0]
+                else:
+                    agg = np.nanmedian(a, axis=1) if n_k > 1 else a[:, 0]
+            cols.append((layer, None, agg))
+    return cols
+
+
+def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
+    """The reference run's series ``name`` at ``steps`` (NaN where it has no such step)."""
+    if ref_timeline is None or name not in ref_timeline:
+        return None
+    arr = ref_timeline.get(name)
+    idx = {int(s): i for i, s in enumerate(ref_timeline.steps)}
+    out = np.full((len(steps),) + arr.shape[1:], np.nan, dtype=np.float64)
+    for j, s in enumerate(steps):
+        i = idx.get(int(s))
+        if i is not None:
+            out[j] = arr[i]
+    return out
+
+
+def detect(timeline, params: Params = Params(), reference=None,
+           detectors: tuple[Detector, ...] = DETECTORS) -> list[Alarm]:
+    """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
+
+    ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
+    matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
+    alarms: list[Alarm] = []
+    steps = np.asarray(timeline.steps)
+    for det in detectors:
+        try:
+            direction = monitor_spec(det.monitor).direction
+        except KeyError:
+            continue
+        for name in _series_for(timeline, det):
+            arr = timeline.get(name)
+            ref_arr = _align(reference, steps, name)
+            ref_cols = {(l, h): c for (l, h, c) in _columns(ref_arr, det)} if ref_arr is not None else {}
+            for layer, head, col in _columns(arr, det):
+                x = _transform(col, det)
+                ref = ref_cols.get((layer, head))
+                if ref is not None and np.isfinite(ref).sum() >= 2:
+                    sc = score_reference(x, _transform(ref, det), det, direction, params)
+                else:
+                    sc = score_self(x, det, direction, params)
+                i = first_sustained(sc.exceed, params.persist)
+                if i is None:
+                    continue
+                j = i
+                while j < len(sc.exceed) and sc.exceed[j]:
+                    j += 1
+                alarms.append(Alarm(det.monitor, name, layer, head, int(steps[i]), i,
+                                    float(np.nanmax(sc.z[i:j])), det.role, direction))
+    alarms.sort(key=lambda a: (a.index, -a.score))
+    return alarms
+
+
+def first_alarms_by_monitor(alarms: list[Alarm]) -> list[dict]:
+    """Per watched series: its earliest alarm step, the layers/heads that alarmed, the top score."""
+    out: dict[str, dict] = {}
+    for a in alarms:
+        d = out.get(a.block)
+        if d is None:
+            out[a.block] = {"monitor": a.block, "role": a.role, "first_alarm_step": a.first_step,
+                            "layers": sorted({a.layer}), "columns_alarming": 1, "max_score": round(a.score, 3)}
+        else:
+            d["columns_alarming"] += 1
+            d["layers"] = sorted(set(d["layers"]) | {a.layer})
+            d["max_score"] = round(max(d["max_score"], a.score), 3)
+    return sorted(out.values(), key=lambda d: d["first_alarm_step"])

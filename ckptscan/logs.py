@@ -1,0 +1,384 @@
+"""Training logs -> loss curve, loss-divergence step, and the log-only spike detector.
+
+This is the yardstick the checkpoint monitors must beat: what a team sees today from its loss and
+grad-norm curves.  Three pieces:
+
+* ``find_log`` / ``read_log``: the loss curve of a run, from HF ``trainer_state.json``
+  (``log_history``), JSON lines (``metrics.jsonl`` or any ``*.jsonl``: objects with ``step`` and
+  ``loss``, optional ``grad_norm`` and ``lr``/``learning_rate``) or CSV with those columns.  A bad
+  line is skipped with a note; reading a log never raises on its content.
+* ``divergence_step``: when the loss diverged (the drills' ``divergence_step`` uses the same rule).
+* ``log_only_alarm``: the spike rule (value above mean + 6 sigma of the previous 128 values, as
+  OLMo-core's loss/grad-norm spike check does); its first alarm is the log-only detector's answer.
+
+A JSON ``null`` loss counts as non-finite: trainers (and the drills) write ``null`` where the value
+was NaN/Inf because strict JSON has no NaN.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+# --- the divergence rule (shared with ckptscan/drills; documented in docs/detection.md) ----------
+EMA_BETA = 0.9  # smoothing of the loss: ema_t = beta * ema_{t-1} + (1 - beta) * loss_t
+DIVERGENCE_MARGIN = 1.0  # nats above the running minimum of the EMA
+
+# --- the log-only spike rule ----------------------------------------------------------------------
+SPIKE_WINDOW = 128  # previous values the mean and std are taken over
+SPIKE_SIGMAS = 6.0
+SPIKE_MIN_HISTORY = 32  # no alarm before this many finite previous values (std is meaningless)
+
+STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
+LOSS_KEYS = ("loss", "train_loss", "train/loss", "lm_loss", "train/ce_loss")
+GRAD_KEYS = ("grad_norm", "gradient_norm", "train/grad_norm", "optim/total_grad_norm")
+LR_KEYS = ("lr", "learning_rate", "train/learning_rate", "optim/LR (group 0)")
+
+LOG_NAMES = ("metrics.jsonl", "log.jsonl", "train.jsonl", "metrics.csv", "log.csv", "progress.csv")
+
+
+@dataclass
+class LossCurve:
+    """A run's logged curve, sorted by step, one point per step (a re-logged step keeps its last value)."""
+
+    path: Path | None
+    steps: np.ndarray  # int64 [n]
+    loss: np.ndarray  # float64 [n]; NaN/Inf where the logged loss was not finite
+    grad_norm: np.ndarray | None = None  # float64 [n] or None when the log has none
+    lr: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+# =================================================================================================
+# rules
+
+
+def divergence_step(steps, losses, *, beta: float = EMA_BETA, margin: float = DIVERGENCE_MARGIN) -> int | None:
+    """First step where the loss is NaN/Inf, or its EMA exceeds the running minimum of the EMA by
+    ``margin`` nats; ``None`` if that never happens.
+
+    Why this rule: a diverging run either produces a non-finite loss or climbs away from the best
+    loss it reached and does not come back within the smoothing time (1 / (1 - beta) = 10 logged
+    points).  The EMA keeps a single noisy batch from counting; the margin (1 nat, a factor e in
+    perplexity) is far above the step-to-step noise of any run that trains.  ``None`` entries
+    (JSON null) count as non-finite.
+    """
+    ema = None
+    best = math.inf
+    for s, loss in zip(steps, losses):
+        loss = math.nan if loss is None else float(loss)
+        if not math.isfinite(loss):
+            return int(s)
+        ema = loss if ema is None else beta * ema + (1 - beta) * loss
+        best = min(best, ema)
+        if ema > best + margin:
+            return int(s)
+    return None
+
+
+def spike_alarms(values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SIGMAS,
+                 min_history: int = SPIKE_MIN_HISTORY) -> np.ndarray:
+    """Boolean mask: value i is above mean + ``sigmas`` * std of the previous ``window`` finite
+    values (population std), given at least ``min_history`` of them; a non-finite value after at
+    least one finite one is an alarm too (the loss blew up).  Missing values never alarm.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    out = np.zeros(len(v), dtype=bool)
+    hist: list[float] = []
+    for i, x in enumerate(v):
+        if not math.isfinite(x):
+            out[i] = len(hist) > 0
+            continue
+        if len(hist) >= min_history:
+            h = np.asarray(hist[-window:])
+            if x > h.mean() + sigmas * h.std():
+                out[i] = True
+        hist.append(x)
+    return out
+
+
+def log_only_alarm(curve: LossCurve, **kw) -> int | None:
+    """First step where loss or grad norm trips the spike rule (``spike_alarms``); ``None`` if never.
+
+    Only the loss may be non-finite-alarming: a missing grad norm is just missing.
+    """
+    mask = spike_alarms(curve.loss, **kw)
+    if curve.grad_norm is not None:
+        g = np.where(np.isfinite(curve.grad_norm), curve.grad_norm, np.nan)
+        gm = spike_alarms(g, **kw) & np.isfinite(g)
+        mask = mask | gm
+    idx = np.flatnonzero(mask)
+    return int(curve.steps[idx[0]]) if len(idx) else None
+
+
+# =================================================================================================
+# finding and reading
+
+
+def find_log(run_dir: str | Path, log_file: str | Path | None = None) -> Path | None:
+    """The run's training log: ``log_file`` if given, else the newest ``trainer_state.json`` (the run
+    root's or a checkpoint folder's, whichever logs the later step), else a metrics JSONL/CSV file
+    at the run root.  ``None`` when the run has no log."""
+    if log_file is not None:
+        return Path(log_file)
+    run = Path(run_dir)
+    if not run.is_dir():
+        return None
+    states = []
+    if (run / "trainer_state.json").is_file():
+        states.append((_last_logged_step(run / "trainer_state.json"), 1, run / "trainer_state.json"))
+    ck = []
+    for sub in run.iterdir():
+        p = sub / "trainer_state.json"
+        if sub.is_dir() and p.is_file():
+            nums = re.findall(r"\d+", sub.name)
+            ck.append((int(nums[-1]) if nums else -1, p))
+    if ck:
+        newest = max(ck)[1]
+        states.append((_last_logged_step(newest), 0, newest))
+    if states:
+        return max(states)[2]
+    for name in LOG_NAMES:
+        if (run / name).is_file():
+            return run / name
+    for pattern in ("*.jsonl", "*.csv"):
+        cands = sorted(run.glob(pattern))
+        if cands:
+            return cands[0]
+    return None
+
+
+def _last_logged_step(path: Path) -> int:
+    try:
+        st = json.loads(path.read_text())
+        return int(st.get("global_step") or max(e.get("step", -1) for e in st["log_history"]))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+        return -1  # unreadable: ranked last, read_log will say what is wrong
+
+
+def read_log(path: str | Path) -> LossCurve:
+    """Read a log file (format from its name/content).  Unreadable files give an empty curve with a
+    note; bad lines are skipped with a note (at most a few are named, then counted)."""
+    path = Path(path)
+    notes: list[str] = []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return LossCurve(path, np.zeros(0, np.int64), np.zeros(0), notes=[f"{path}: cannot read ({e.strerror})"])
+    if path.suffix == ".csv":
+        rows = _rows_csv(text, path, notes)
+    elif path.suffix == ".json":
+        rows = _rows_trainer_state(text, path, notes)
+    else:
+        rows = _rows_jsonl(text, path, notes)
+    return _curve(path, rows, notes)
+
+
+def load_curve(run_dir: str | Path, log_file: str | Path | None = None) -> LossCurve | None:
+    """``read_log(find_log(...))``, or ``None`` when the run has no log."""
+    p = find_log(run_dir, log_file)
+    if p is None:
+        return None
+    if not p.is_file():
+        return LossCurve(p, np.zeros(0, np.int64), np.zeros(0), notes=[f"{p}: no such log file"])
+    return read_log(p)
+
+
+# --- row parsers: each yields dicts {step, loss, grad_norm?, lr?} with floats (NaN for non-finite)
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _num(v, *, null_is_nan: bool) -> float | None:
+    """A logged number: float, or NaN for null/"nan"/"inf" strings; None when absent/garbage."""
+    if v is None:
+        return math.nan if null_is_nan else None
+    if isinstance(v, bool):
+        raise _Bad("boolean where a number was expected")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        s = v.strip()
+        if s == "":
+            return None
+        try:
+            return float(s)
+        except ValueError:
+            raise _Bad(f"not a number: {s[:20]!r}") from None
+    raise _Bad(f"not a number: {type(v).__name__}")
+
+
+def _pick(obj: dict, keys) -> tuple[bool, object]:
+    for k in keys:
+        if k in obj:
+            return True, obj[k]
+    return False, None
+
+
+def _row(obj: dict, *, null_is_nan: bool) -> dict | None:
+    """A log record -> row, or None if it carries no training loss (eval lines, summaries)."""
+    has_step, step = _pick(obj, STEP_KEYS)
+    has_loss, loss = _pick(obj, LOSS_KEYS)
+    if not has_loss:
+        return None
+    if not has_step:
+        raise _Bad("loss without a step")
+    st = _num(step, null_is_nan=False)
+    if st is None or not math.isfinite(st) or st != int(st) or st < 0:
+        raise _Bad(f"bad step {step!r}")
+    lv = _num(loss, null_is_nan=null_is_nan)
+    if lv is None:
+        return None
+    row = {"step": int(st), "loss": lv}
+    for key, names in (("grad_norm", GRAD_KEYS), ("lr", LR_KEYS)):
+        ok, v = _pick(obj, names)
+        if ok:
+            try:
+                x = _num(v, null_is_nan=True)
+            except _Bad:
+                x = None
+            if x is not None:
+                row[key] = x
+    return row
+
+
+class _NoteSink:
+    """Collects per-line problems: names the first few, counts the rest."""
+
+    def __init__(self, path: Path, notes: list[str], limit: int = 5):
+        self.path, self.notes, self.limit, self.n = path, notes, limit, 0
+
+    def add(self, where: str, why: str) -> None:
+        self.n += 1
+        if self.n <= self.limit:
+            self.notes.append(f"{self.path.name} {where}: skipped ({why})")
+
+    def close(self) -> None:
+        if self.n > self.limit:
+            self.notes.append(f"{self.path.name}: {self.n - self.limit} more bad lines skipped")
+
+
+def _rows_jsonl(text: str, path: Path, notes: list[str]) -> list[dict]:
+    sink, rows = _NoteSink(path, notes), []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise _Bad("not a JSON object")
+            r = _row(obj, null_is_nan=True)
+        except (json.JSONDecodeError, _Bad) as e:
+            sink.add(f"line {i}", str(e) if isinstance(e, _Bad) else "invalid JSON")
+            continue
+        if r is not None:
+            rows.append(r)
+    sink.close()
+    return rows
+
+
+def _rows_trainer_state(text: str, path: Path, notes: list[str]) -> list[dict]:
+    try:
+        st = json.loads(text)
+        hist = st["log_history"]
+        if not isinstance(hist, list):
+            raise TypeError
+    except (json.JSONDecodeError, KeyError, TypeError):
+        # maybe JSON lines with a .json name
+        rows = _rows_jsonl(text, path, notes)
+        if not rows:
+            notes.append(f"{path.name}: not a trainer_state.json (no log_history) and no JSON lines")
+        return rows
+    sink, rows = _NoteSink(path, notes), []
+    for i, obj in enumerate(hist):
+        try:
+            if not isinstance(obj, dict):
+                raise _Bad("not an object")
+            r = _row(obj, null_is_nan=True)
+        except _Bad as e:
+            sink.add(f"log_history[{i}]", str(e))
+            continue
+        if r is not None:
+            rows.append(r)
+    sink.close()
+    return rows
+
+
+def _rows_csv(text: str, path: Path, notes: list[str]) -> list[dict]:
+    sink, rows = _NoteSink(path, notes), []
+    try:
+        reader = csv.DictReader(text.splitlines())
+        fields = reader.fieldnames or []
+    except csv.Error as e:
+        notes.append(f"{path.name}: not CSV ({e})")
+        return rows
+    if not any(k in fields for k in LOSS_KEYS):
+        notes.append(f"{path.name}: no loss column (looked for {', '.join(LOSS_KEYS)})")
+        return rows
+    try:
+        for i, rec in enumerate(reader, 2):
+            try:
+                if None in rec:  # more cells than header fields
+                    raise _Bad("too many cells")
+                r = _row({k: v for k, v in rec.items() if k is not None}, null_is_nan=False)
+            except _Bad as e:
+                sink.add(f"line {i}", str(e))
+                continue
+            if r is not None:
+                rows.append(r)
+    except csv.Error as e:
+        notes.append(f"{path.name}: CSV error, rest of file skipped ({e})")
+    sink.close()
+    return rows
+
+
+def _curve(path: Path, rows: list[dict], notes: list[str]) -> LossCurve:
+    by_step: dict[int, dict] = {}
+    for r in rows:  # a re-logged step (resume after restart) keeps its last record
+        by_step[r["step"]] = r
+    steps = sorted(by_step)
+    n = len(steps)
+    loss = np.array([by_step[s]["loss"] for s in steps], dtype=np.float64) if n else np.zeros(0)
+
+    def col(key):
+        if not any(key in by_step[s] for s in steps):
+            return None
+        return np.array([by_step[s].get(key, math.nan) for s in steps], dtype=np.float64)
+
+    if len(rows) != n:
+        notes.append(f"{path.name}: {len(rows) - n} re-logged steps; kept the last record of each")
+    return LossCurve(path, np.asarray(steps, dtype=np.int64), loss, col("grad_norm"), col("lr"), notes)
+
+
+# =================================================================================================
+# summary
+
+
+def summarize(run_dir: str | Path, log_file: str | Path | None = None) -> dict:
+    """The ``loss`` part of summary.json plus the curve itself (``curve`` key, not serialised)."""
+    curve = load_curve(run_dir, log_file)
+    if curve is None:
+        return {"curve": None, "log": {"path": None, "points": 0, "notes": ["no training log found"]},
+                "divergence_step": None, "log_only_alarm_step": None}
+    div = divergence_step(curve.steps.tolist(), curve.loss.tolist()) if len(curve) else None
+    alarm = log_only_alarm(curve) if len(curve) else None
+    first, last = (int(curve.steps[0]), int(curve.steps[-1])) if len(curve) else (None, None)
+    return {
+        "curve": curve,
+        "log": {"path": str(curve.path), "points": len(curve), "first_step": first, "last_step": last,
+                "has_grad_norm": curve.grad_norm is not None, "has_lr": curve.lr is not None,
+                "notes": curve.notes},
+        "divergence_step": div,
+        "log_only_alarm_step": alarm,
+    }

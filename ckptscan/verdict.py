@@ -1,0 +1,82 @@
+"""The judgement of a run: training log + detection + classification -> the summary.json keys.
+
+``judge`` is what ``ckptscan.api.analyze`` calls once the timeline is assembled.  It returns
+``verdict``, ``loss``, ``lead_time_steps``, ``log_only_lead_time_steps``, ``alarms`` (first alarm
+per watched series), ``log`` (where the loss curve came from) and ``baseline`` (reference run used,
+if any).  Everything is JSON-serialisable with ``allow_nan=False``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ckptscan import classify, detect, logs
+
+
+def _layers(timeline) -> int:
+    return max((timeline.get(n).shape[1] for n in timeline.names()), default=0)
+
+
+def _reference_timeline(baseline, analyze_kwargs: dict | None):
+    """Analyse the healthy reference run (results cached beside this run's output folder)."""
+    from ckptscan.api import analyze
+
+    kw = dict(analyze_kwargs or {})
+    out = kw.pop("out_dir", None)
+    kw.pop("log_file", None)
+    kw.pop("baseline", None)
+    base = Path(baseline)
+    name = base.resolve().name
+    if out is not None:
+        cache = Path(out).parent / f"{Path(out).name}.baseline-{name}"
+    else:
+        cache = Path.cwd() / "ckptscan-out" / "baselines" / name
+    res = analyze(base, out_dir=cache, **{k: v for k, v in kw.items() if v is not None or k == "steps"})
+    return res.timeline, str(cache)
+
+
+def _clean(o):
+    """JSON-safe copy: non-finite floats -> None, numpy scalars -> Python."""
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, (float, np.floating)):
+        return float(o) if math.isfinite(o) else None
+    return o
+
+
+def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None) -> dict:
+    loss = logs.summarize(run_dir, log_file)
+    reference, ref_out = (None, None)
+    if baseline is not None:
+        reference, ref_out = _reference_timeline(baseline, analyze_kwargs)
+    alarms = detect.detect(timeline, reference=reference)
+    overflow = [f for f in findings if f.get("kind") == "overflow"]
+    verdict = classify.classify(alarms, overflow, _layers(timeline), timeline.steps)
+
+    div = loss["divergence_step"]
+    log_alarm = loss["log_only_alarm_step"]
+    earliest = verdict["earliest_step"]
+    lead = div - earliest if (div is not None and earliest is not None) else None
+    log_lead = div - log_alarm if (div is not None and log_alarm is not None) else None
+    out = {
+        "verdict": verdict,
+        "loss": {"divergence_step": div, "log_only_alarm_step": log_alarm,
+                 "divergence_rule": {"ema_beta": logs.EMA_BETA, "margin_nats": logs.DIVERGENCE_MARGIN},
+                 "log_only_rule": {"window": logs.SPIKE_WINDOW, "sigmas": logs.SPIKE_SIGMAS,
+                                   "min_history": logs.SPIKE_MIN_HISTORY, "series": ["loss", "grad_norm"]}},
+        "lead_time_steps": lead,
+        "log_only_lead_time_steps": log_lead,
+        "alarms": detect.first_alarms_by_monitor(alarms),
+        "log": loss["log"],
+        "detection": {"baseline": "reference-run" if reference is not None else "self",
+                      "reference_run": str(baseline) if baseline is not None else None,
+                      "reference_out": ref_out, **vars(detect.Params())},
+    }
+    return _clean(out)

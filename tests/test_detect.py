@@ -1,0 +1,156 @@
+"""Detection and classification on synthetic timelines (planted faults, noise, warm-up)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ckptscan import classify, detect
+from ckptscan.timeline import Timeline
+from ckptscan.verdict import judge
+
+N, L, H = 20, 2, 4
+STEPS = np.arange(1, N + 1) * 100
+
+
+def healthy(seed=0, n=N):
+    """A healthy-looking run: decaying update ratios (with a warm-up transient), D2 entropy ~0.45."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)[:, None, None]
+    ent = 0.45 + 0.03 * rng.standard_normal((n, L, H))
+    ent[1] = 0.25  # warm-up: first increment is low-entropy
+    ratio = 0.8 * np.exp(-0.2 * t) * np.exp(0.05 * rng.standard_normal((n, L, H)))
+    ratio = ratio + 0 * t
+    ratio[1] *= 3.0  # warm-up: huge first update
+    d3 = 0.3 * np.exp(-0.2 * t) * np.exp(0.05 * rng.standard_normal((n, L, H)))
+    series = {"attn.D2.entropy2": ent, "attn.q.update_ratio": ratio, "attn.k.update_ratio": ratio.copy(),
+              "attn.D3_over_D2": d3}
+    for v in series.values():
+        v[0] = np.nan  # pair monitors: undefined at the first checkpoint
+    return series
+
+
+def tl(series):
+    return Timeline.from_arrays(STEPS[: len(next(iter(series.values())))], series)
+
+
+def test_healthy_noise_no_alarm():
+    for seed in range(20):
+        assert detect.detect(tl(healthy(seed))) == [], seed
+
+
+def test_planted_entropy_collapse_found_at_right_step():
+    s = healthy(1)
+    s["attn.D2.entropy2"][8:, 1, 2] = 0.1  # one head collapses from checkpoint 8 on
+    al = detect.detect(tl(s))
+    assert al and al[0].first_step == STEPS[8] and (al[0].layer, al[0].head) == (1, 2)
+    v = classify.classify(al, [], L, STEPS)
+    assert v["fault_type"] == "lowprec_attention" and v["earliest_step"] == STEPS[8]
+
+
+def test_single_checkpoint_spike_is_not_an_alarm():
+    s = healthy(2)
+    s["attn.D2.entropy2"][9, 0, 1] = 0.0
+    s["attn.q.update_ratio"][9] *= 5
+    s["attn.k.update_ratio"][9] *= 5
+    assert detect.detect(tl(s)) == []
+
+
+def test_two_checkpoint_spike_is_not_an_alarm_three_is():
+    s = healthy(3)
+    s["attn.D2.entropy2"][9:11, 0, 1] = 0.0
+    assert detect.detect(tl(s)) == []
+    s["attn.D2.entropy2"][9:12, 0, 1] = 0.0
+    assert [a.first_step for a in detect.detect(tl(s))] == [STEPS[9]]
+
+
+def test_warmup_transient_no_alarm():
+    s = healthy(4)
+    s["attn.D2.entropy2"][1:3] = 0.05  # very low-rank first updates
+    s["attn.q.update_ratio"][1:4] *= 10
+    assert detect.detect(tl(s)) == []
+
+
+def test_step_change_benign_lr_jump_no_alarm():
+    """A one-off LR jump (warm-up cut) doubles the update ratio once, then decay resumes."""
+    s = healthy(5)
+    for k in ("attn.q.update_ratio", "attn.k.update_ratio", "attn.D3_over_D2"):
+        s[k][8:] *= 2.0
+    assert detect.detect(tl(s)) == []
+
+
+def test_growing_step_size_is_high_lr():
+    s = healthy(6)
+    grow = np.exp(0.5 * np.clip(np.arange(N) - 7, 0, None))[:, None, None]
+    for k in ("attn.q.update_ratio", "attn.k.update_ratio", "attn.D3_over_D2"):
+        s[k] = s[k] * grow * np.exp(0.2 * np.clip(np.arange(N) - 7, 0, None))[:, None, None]
+    al = detect.detect(tl(s))
+    assert al and al[0].first_step == STEPS[8]
+    v = classify.classify(al, [], L, STEPS)
+    assert v["fault_type"] == "high_lr"
+
+
+def test_combined_and_unknown_and_overflow_rules():
+    def alarm(role, idx, layer=0, head=None):
+        return detect.Alarm("m", "m", layer, head, int(STEPS[idx]), idx, 5.0, role, "up")
+
+    v = classify.classify([alarm("structure", 5, 1, 2), alarm("step_size", 6, 0), alarm("step_size", 6, 1)], [], L, STEPS)
+    assert v["fault_type"] == "combined" and v["earliest_step"] == STEPS[5]
+    # entropy collapse long after the LR alarms is a consequence, not a second fault
+    v = classify.classify([alarm("step_size", 5), alarm("structure", 12, 0, 1)], [], L, STEPS)
+    assert v["fault_type"] == "high_lr"
+    v = classify.classify([alarm("logits", 5)], [], L, STEPS)
+    assert v["fault_type"] == "unknown" and v["anomalous"]
+    ov = [{"kind": "overflow", "step": 300, "layer": 1, "tensors": ["x.q"], "nonfinite": 3}]
+    v = classify.classify([], ov, L, STEPS)
+    assert v["fault_type"] == "overflow" and v["earliest_step"] == 300 and v["overflow"]["tensors"] == ["x.q"]
+    v = classify.classify([alarm("structure", 1, 0, 0)], ov, L, STEPS)  # alarm at 200, before the overflow
+    assert v["fault_type"] == "lowprec_attention" and v["overflow"]["step"] == 300
+    v = classify.classify([], [], L, STEPS)
+    assert v["fault_type"] == "healthy" and not v["anomalous"]
+
+
+def test_reference_baseline_finds_deviation_and_not_noise():
+    ref = healthy(7)
+    same = {k: v.copy() for k, v in ref.items()}
+    assert detect.detect(tl(same), reference=tl(ref)) == []
+    bad = {k: v.copy() for k, v in ref.items()}
+    bad["attn.D2.entropy2"][10:, 0, 3] -= 0.3
+    al = detect.detect(tl(bad), reference=tl(ref))
+    assert al and al[0].first_step == STEPS[10] and al[0].head == 3
+
+
+def test_self_score_matches_direct_computation():
+    """score_self's z against a hand computation of median/MAD on the accepted lagged window."""
+    x = np.array([np.nan, 0.2, 0.5, 0.52, 0.48, 0.5, 0.3, 0.49])
+    det = detect.Detector("attn.D2.entropy2", "level", False, True, 0.05, "structure")
+    sc = detect.score_self(x, det, "down", detect.Params(warmup_skip=1, window=8, min_history=1))
+    # index 6: accepted window = [0.5, 0.52, 0.48, 0.5] (0.2 skipped as warm-up)
+    h = np.array([0.5, 0.52, 0.48, 0.5])
+    med = np.median(h)
+    s = max(0.05, 1.4826 * np.median(np.abs(h - med)))
+    assert np.isclose(sc.z[6], (med - 0.3) / s)
+    # index 7: 0.3 scored > z_accept, so it is not in index 7's window
+    assert np.isclose(sc.z[7], (med - 0.49) / s)
+
+
+def test_first_sustained():
+    e = np.array([0, 1, 1, 0, 1, 1, 1, 1], dtype=bool)
+    assert detect.first_sustained(e, 3) == 4
+    assert detect.first_sustained(e, 2) == 1
+    assert detect.first_sustained(e, 5) is None
+
+
+def test_judge_output_is_strict_json(tmp_path):
+    s = healthy(8)
+    s["attn.D2.entropy2"][8:, 1, 2] = 0.05
+    (tmp_path / "metrics.jsonl").write_text("\n".join(
+        json.dumps({"step": int(st), "loss": (3.0 if st < 1500 else None), "grad_norm": 1.0}) for st in range(1, 2001)))
+    out = judge(tmp_path, tl(s), [])
+    json.dumps(out, allow_nan=False)
+    assert out["verdict"]["earliest_step"] == STEPS[8]
+    assert out["loss"]["divergence_step"] == 1500
+    assert out["lead_time_steps"] == 1500 - STEPS[8]
+    assert out["loss"]["log_only_alarm_step"] == 1500
+    assert out["log_only_lead_time_steps"] == 0
