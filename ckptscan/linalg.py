@@ -2,18 +2,19 @@
 
 The central identity (shared/notes/monitors.md section 1): for A, B in R^{d x r} with r << d,
 
-    sigma(A B^T)^2 = eig(R_A (B^T B) R_A^T),     A = Q_A R_A  (thin QR)
+    sigma(A B^T)^2 = eig((A^T A)(B^T B)) = eig(F^T (B^T B) F),   F F^T = A^T A
 
-because A B^T = Q_A (R_A B^T) and the orthonormal Q_A does not change singular values, so
-sigma(A B^T) = sigma(R_A B^T) and sigma(R_A B^T)^2 = eig(R_A B^T B R_A^T), an r x r symmetric PSD
-matrix.  That is one QR and one Gram product of d x r matrices (O(d r^2)) and one r x r eigvalsh,
-instead of forming the d x d product (O(d^2 r)) and taking its SVD (O(d^3)).  Everything is batched
-over leading dimensions (heads, layers) and runs on whatever device the inputs live on.
+(with A = Q R, A^T A = R^T R and A B^T = Q (R B^T): the orthonormal Q does not change singular
+values).  That is two r x r Gram products of d x r matrices (GEMMs, O(d r^2)), a Cholesky factor
+and one r x r eigvalsh, instead of forming the d x d product (O(d^2 r)) and taking its SVD
+(O(d^3)).  Everything is batched over leading dimensions (heads, layers) and runs on whatever
+device the inputs live on.
 
-Precision: the small cores are formed in float64 by default.  The d x r inputs stay in their own
-dtype for the QR/Gram (float32 is fine there: no cancellation), and the r x r products are promoted
-to float64 before the eigen-decomposition, so tiny singular values of an increment are not lost to
-rounding of the large ones.  Eigenvalues below the round-off floor of the largest are clamped to 0.
+Precision: the cores are computed in the inputs' precision (float32 weights -> float32 cores;
+float64 inputs -> float64), entropies in float64.  For the increments the inputs are differences of
+stored values (never Gram blocks recovered by cancellation), and every entry of the core is a
+product of an update-sized and a weight-sized factor, so float32 loses nothing float32 inputs had.
+Eigenvalues below r * eps of the largest are round-off and clamped to 0.
 """
 
 from __future__ import annotations
@@ -23,22 +24,16 @@ import math
 import torch
 
 
-def lowrank_sq_singular_values(a: torch.Tensor, b: torch.Tensor, core_dtype=torch.float64) -> torch.Tensor:
+def lowrank_sq_singular_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Squared singular values of ``a @ b.mT`` without forming it.
 
-    ``a``: [..., d, r1], ``b``: [..., d, r2].  Returns [..., min(r1, d)] in ``core_dtype``, descending,
-    clamped at zero (the rank of ``a @ b.mT`` is at most min(r1, r2); the extra values are ~0).
+    ``a``: [..., n, r1], ``b``: [..., n, r2] with r1 == r2 = r.  Returns [..., r] (float64,
+    descending, clamped at zero): the eigenvalues of (a^T a)(b^T b), two r x r Gram products
+    (GEMMs) and one r x r eigen-decomposition, in the inputs' precision.
     """
     if a.shape[:-1] != b.shape[:-1]:
         raise ValueError(f"shape mismatch {tuple(a.shape)} vs {tuple(b.shape)}")
-    a64 = a.to(core_dtype)
-    b64 = b.to(core_dtype)
-    r_a = torch.linalg.qr(a64, mode="r").R  # [..., r1, r1] (d >= r1) or [..., d, r1]
-    gram_b = b64.mT @ b64  # [..., r2, r2]
-    core = r_a @ gram_b @ r_a.mT
-    core = 0.5 * (core + core.mT)
-    ev = torch.linalg.eigvalsh(core).flip(-1)
-    return _clamp_floor(ev, a.dtype)
+    return psd_product_eigvals(a.mT @ a, b.mT @ b)
 
 
 def gram_sq_singular_values(a: torch.Tensor, core_dtype=torch.float64) -> torch.Tensor:
