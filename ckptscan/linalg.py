@@ -105,7 +105,8 @@ def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype: torch.dt
     """
     if core_dtype is None:
         core_dtype = torch.promote_types(torch.promote_types(ga.dtype, gb.dtype), torch.float32)
-    in_dtype = ga.dtype
+    # round-off floor: the coarser of the inputs' and the core's precision
+    in_dtype = ga.dtype if torch.finfo(ga.dtype).eps >= torch.finfo(core_dtype).eps else core_dtype
     ga = ga.to(core_dtype)
     ga = 0.5 * (ga + ga.mT)
     # Cholesky where ga is positive definite (the usual case: full-rank weights), an

@@ -258,13 +258,15 @@ class Analyzer:
                 findings.append(_overflow(step, b.layer, b.tensors, bad))
                 continue
             kv = b.kv_index()
-            g = Grams.of(wq, wk)
-            for k, v in attention.single_monitors(g, kv).items():
-                put(f"{b.name}.{k}", b.layer, v, width)
             p = prev_blocks.get((b.layer, b.name))
             if p is not None and p.wq is not None and p.wq.shape == wq.shape and p.wk.shape == wk.shape:
-                for k, v in attention.pair_monitors(p.wq, p.wk, wq, wk, kv, p.grams).items():
+                pair, g = attention.pair_monitors(p.wq, p.wk, wq, wk, kv, p.grams)
+                for k, v in pair.items():
                     put(f"{b.name}.{k}", b.layer, v, width)
+            else:
+                g = Grams.of(wq, wk)
+            for k, v in attention.single_monitors(g, kv).items():
+                put(f"{b.name}.{k}", b.layer, v, width)
             blocks[(b.layer, b.name)] = _BlockState(wq, wk, g)
 
         loads = [functools.partial(self._load_router, r, src) for r in layout.routers]

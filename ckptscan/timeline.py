@@ -99,6 +99,7 @@ def atomic_write(path: Path, data: bytes | str | None = None, writer=None) -> No
                 f.write(data.encode() if isinstance(data, str) else data)
                 f.flush()
                 os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -106,6 +107,12 @@ def atomic_write(path: Path, data: bytes | str | None = None, writer=None) -> No
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_part(path: Path, identity: dict, values: dict[str, np.ndarray], extra: dict | None = None) -> None:

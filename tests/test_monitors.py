@@ -37,7 +37,13 @@ def test_attention_monitors_match_full_svd(dtype, rtol, shape):
     wq0, wk0, wq1, wk1 = _weights(H, G, h, d, dtype)
     kv = torch.arange(H) // (H // G)
     got = attention.single_monitors(Grams.of(wq1, wk1), kv)
-    got.update(attention.pair_monitors(wq0, wk0, wq1, wk1, kv, Grams.of(wq0, wk0)))
+    pair, g1 = attention.pair_monitors(wq0, wk0, wq1, wk1, kv, Grams.of(wq0, wk0))
+    got.update(pair)
+    # the Grams of t derived from those of t-1 and the increment blocks equal the direct ones
+    direct = Grams.of(wq1, wk1)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for a, b in ((g1.q, direct.q), (g1.k, direct.k)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=tol, atol=tol * b.abs().max().item())
     ref = attention_reference(wq0.double(), wk0.double(), wq1.double(), wk1.double())
     _check(got, ref, rtol)
 
@@ -48,8 +54,8 @@ def test_low_rank_update_collapses_d2_entropy_and_matches_reference(dtype, rtol)
     full = _weights(H, G, h, d, dtype, seed=1)
     low = _weights(H, G, h, d, dtype, seed=1, lowrank_update=True)
     kv = torch.arange(H) // 2
-    e_full = attention.pair_monitors(*full, kv)["D2.entropy2"]
-    got = attention.pair_monitors(*low, kv)
+    e_full = attention.pair_monitors(*full, kv)[0]["D2.entropy2"]
+    got = attention.pair_monitors(*low, kv)[0]
     ref = attention_reference(*(t.double() for t in low))
     _check(got, {k: v for k, v in ref.items() if k.startswith("D")}, rtol)
     assert (got["D2.entropy2"] < e_full - 0.1).all()
@@ -60,7 +66,7 @@ def test_bf16_weights_give_reference_values_within_float32_tolerance():
     wq0, wk0, wq1, wk1 = (t.to(torch.bfloat16) for t in _weights(H, G, h, d, torch.float32, scale=5e-2))
     f32 = [t.float() for t in (wq0, wk0, wq1, wk1)]
     kv = torch.arange(H) // 2
-    got = attention.pair_monitors(*f32, kv)
+    got = attention.pair_monitors(*f32, kv)[0]
     ref = attention_reference(*(t.double() for t in f32))
     _check(got, {k: v for k, v in ref.items() if k.startswith(("D", "q.", "k."))}, 1e-4)
 
@@ -68,7 +74,7 @@ def test_bf16_weights_give_reference_values_within_float32_tolerance():
 def test_zero_update_gives_nan_entropy_not_a_crash():
     H, G, h, d = 2, 1, 4, 16
     wq0, wk0, _, _ = _weights(H, G, h, d, torch.float32)
-    got = attention.pair_monitors(wq0, wk0, wq0.clone(), wk0.clone(), torch.zeros(H, dtype=torch.long))
+    got, _ = attention.pair_monitors(wq0, wk0, wq0.clone(), wk0.clone(), torch.zeros(H, dtype=torch.long))
     assert torch.isnan(got["D2.entropy2"]).all()
     assert (got["D2.fro"] == 0).all() and (got["q.update_ratio"] == 0).all()
 
@@ -120,3 +126,32 @@ def test_router_monitors_match_reference(dtype, rtol):
     ref = router_reference(w0.to(dtype).double().numpy(), w1.to(dtype).double().numpy())
     for k, r in ref.items():
         assert got[k].item() == pytest.approx(r, rel=rtol), k
+
+
+def test_grams_carried_over_many_checkpoints_do_not_drift():
+    """Fifty increments later, the Grams derived step by step still equal the direct ones."""
+    H, G, h, d = 4, 2, 8, 64
+    g = torch.Generator().manual_seed(7)
+    wq = torch.randn(H, h, d, generator=g).to(torch.bfloat16).float()
+    wk = torch.randn(G, h, d, generator=g).to(torch.bfloat16).float()
+    kv = torch.arange(H) // 2
+    grams = Grams.of(wq, wk)
+    for _ in range(50):
+        wq1 = (wq + 1e-2 * torch.randn(wq.shape, generator=g)).to(torch.bfloat16).float()
+        wk1 = (wk + 1e-2 * torch.randn(wk.shape, generator=g)).to(torch.bfloat16).float()
+        _, grams = attention.pair_monitors(wq, wk, wq1, wk1, kv, grams)
+        wq, wk = wq1, wk1
+    direct = Grams.of(wq.double(), wk.double())
+    np.testing.assert_allclose(grams.q.numpy(), direct.q.numpy(), rtol=1e-5, atol=1e-5 * direct.q.abs().max().item())
+    np.testing.assert_allclose(grams.k.numpy(), direct.k.numpy(), rtol=1e-5, atol=1e-5 * direct.k.abs().max().item())
+
+
+def test_nonfinite_count_exact():
+    from ckptscan.monitors.numerics import nonfinite_count
+
+    t = torch.zeros(100)
+    assert nonfinite_count(t) == 0
+    t[3], t[7], t[9] = float("nan"), float("inf"), -float("inf")
+    assert nonfinite_count(t, None, torch.ones(3)) == 3
+    big = torch.full((10,), 3e38, dtype=torch.bfloat16)  # finite, but a float32 sum would overflow
+    assert nonfinite_count(big.float()) == 0

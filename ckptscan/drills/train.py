@@ -29,11 +29,12 @@ from pathlib import Path
 import torch
 
 from ckptscan.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
+from ckptscan.record import ReplayRecorder
 
 from .data import load_corpus, replay_batch, sample_batch
 from .model import LowPrecFault, TinyConfig, TinyLM
 from .naming import NAMINGS, config_json, hf_state_dict
-from .writer import FOLDER_STYLES, folder_name, save_weights, write_json, write_replay
+from .writer import FOLDER_STYLES, folder_name, save_weights, write_json
 
 FAULTS = ("none", "lowprec-attention", "high-lr", "combined")
 BENIGN = (None, "warmup-cut", "data-switch")
@@ -62,30 +63,13 @@ def base_lr(step: int, *, lr: float, warmup: int, total: int, schedule: str, min
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * prog)))
 
 
-def _capture_replay(model: TinyLM, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Activations of the fixed replay batch, from forward pre-hooks (no_grad, eval)."""
-    acts: dict[str, torch.Tensor] = {}
-    hooks = []
-    for i, layer in enumerate(model.model.layers):
-        hooks.append(layer.self_attn.q_proj.register_forward_pre_hook(
-            lambda m, a, i=i: acts.__setitem__(f"layers/{i}/attn_in", a[0].detach().clone())))
-        if model.cfg.moe:
-            r = layer.mlp.router
-            hooks.append(r.register_forward_pre_hook(
-                lambda m, a, i=i: acts.__setitem__(f"layers/{i}/router_in", a[0].detach().clone())))
-            hooks.append(r.register_forward_hook(
-                lambda m, a, out, i=i: acts.__setitem__(f"layers/{i}/router_logits", out.detach().clone())))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(ids)
-    finally:
-        for h in hooks:
-            h.remove()
-        model.train(was_training)
-    b, t = ids.shape
-    return {k: (v.reshape(b, t, -1) if "router" in k else v) for k, v in acts.items()}
+def _recorder(model: TinyLM, ids: torch.Tensor) -> ReplayRecorder:
+    """The library's own recorder (what a real training loop would call), pointed at the drill
+    model's q projections and routers."""
+    layers = model.model.layers
+    attn = {i: layer.self_attn.q_proj for i, layer in enumerate(layers)}
+    routers = {i: layer.mlp.router for i, layer in enumerate(layers)} if model.cfg.moe else {}
+    return ReplayRecorder(model, ids, attn_modules=attn, router_modules=routers)
 
 
 def _progress(total: int, quiet: bool):
@@ -161,6 +145,7 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
         corpus = load_corpus()
         gen = torch.Generator().manual_seed(seed + 1)
         replay_ids = replay_batch(corpus, replay_batch_size, replay_seq)
+        recorder = _recorder(model, replay_ids)
         fault_obj = LowPrecFault(mantissa_bits=mantissa_bits, amplification=amp or 0.0, active=False)
         if lowprec_on:
             model.set_fault(fault_obj)
@@ -212,7 +197,7 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
                     save_weights(folder, hf_state_dict(model, naming), fmt=fmt, dtype=dtype, shards=shards)
                     write_json(folder / "config.json", cfg_json)
                     if replay:
-                        write_replay(folder / "replay.h5", step, replay_ids, _capture_replay(model, replay_ids))
+                        recorder.save(folder / "replay.h5", step)
                     checkpoints.append(folder.name)
                     if nan_step is not None:
                         saves_after_nan += 1
