@@ -11,7 +11,7 @@ from typing import Callable
 
 from ckptscan import __version__
 from ckptscan.activation_stage import add_churn_final
-from ckptscan.discover import Checkpoint, Skipped, discover
+from ckptscan.discover import Checkpoint, Skipped, discover, no_checkpoints_error
 from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INPUT, UsageError
 from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
 from ckptscan.timeline import Timeline, assemble, atomic_write
@@ -94,6 +94,8 @@ def analyze(
     if layout_file is not None and not Path(layout_file).is_file():
         raise UsageError(f"--layout {layout_file}: no such file")
     ckpts, skipped = discover(run_dir, step_regex=step_regex, steps=steps, every=every)
+    if not ckpts:
+        raise no_checkpoints_error(run_dir, skipped, steps=steps, step_regex=step_regex)
     options = Options(
         device=resolve_device(device),
         trust_pickle=trust_pickle,

@@ -158,6 +158,29 @@ def discover(
     return ckpts, skipped
 
 
+NAMES_LOOKED_FOR = (
+    "checkpoint-N, step-N/stepN/step_N, iter_N, global_stepN, epoch=E-step=N[.ckpt], N "
+    "(folders, or *.ckpt/.pt/.pth/.bin/.safetensors files), in the run folder or its "
+    + "/, ".join(CONTAINER_DIRS) + "/ subfolder"
+)
+
+
+def no_checkpoints_error(
+    run_dir: str | Path, skipped: list[Skipped], steps: str | None = None, step_regex: str | None = None
+) -> InputError:
+    """The error for a run in which discovery found no checkpoint to analyse (an input error: a run
+    that silently reports "healthy" over nothing would hide a wrong path).  One line: where, what
+    names were looked for, and how many entries were skipped (their reasons are in the list)."""
+    looked = f"names matching --step-regex {step_regex!r}" if step_regex else NAMES_LOOKED_FOR
+    msg = f"no checkpoints found in {run_dir} (looked for {looked}; other names: --step-regex)"
+    if steps:
+        msg += f" with steps in {steps}"
+    if skipped:
+        n = len(skipped)
+        msg += f"; {n} {'entry' if n == 1 else 'entries'} skipped, e.g. {Path(skipped[0].path).name}: {skipped[0].reason}"
+    return InputError(msg)
+
+
 def _scan(folder: Path, pat: re.Pattern | None) -> tuple[list[tuple[int, Path]], list[Skipped]]:
     found: list[tuple[int, Path]] = []
     skipped: list[Skipped] = []

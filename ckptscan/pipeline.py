@@ -32,7 +32,7 @@ from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams
-from ckptscan.monitors.numerics import nonfinite_count
+from ckptscan.monitors.numerics import gram_dtype, nonfinite_count
 from ckptscan.readers import open_checkpoint
 from ckptscan.replay import find_replay
 from ckptscan.timeline import load_part, save_part
@@ -234,11 +234,13 @@ class Analyzer:
 
     def _load_attn(self, b: AttnBlock, src) -> tuple[torch.Tensor, torch.Tensor]:
         wq, wk = b.load(src.read)
-        return wq.to(self.device, torch.float32), wk.to(self.device, torch.float32)
+        dt = gram_dtype(wq, wk)
+        return wq.to(self.device, dt), wk.to(self.device, dt)
 
     def _load_router(self, r: RouterBlock, src) -> tuple[torch.Tensor, torch.Tensor | None]:
         w, bias = r.load(src.read)
-        return w.to(self.device, torch.float32), (None if bias is None else bias.to(self.device, torch.float32))
+        dt = gram_dtype(w)
+        return w.to(self.device, dt), (None if bias is None else bias.to(self.device, dt))
 
     def _compute(self, src, layout: Layout, prev_blocks, step: int):
         n_layers = layout.n_layers
@@ -260,6 +262,9 @@ class Analyzer:
             kv = b.kv_index()
             p = prev_blocks.get((b.layer, b.name))
             if p is not None and p.wq is not None and p.wq.shape == wq.shape and p.wk.shape == wk.shape:
+                if p.wq.dtype != wq.dtype:  # one side needed float64 (extreme magnitudes): both in float64
+                    wq, wk = wq.double(), wk.double()
+                    p = _BlockState(p.wq.double(), p.wk.double(), None)
                 pair, g = attention.pair_monitors(p.wq, p.wk, wq, wk, kv, p.grams)
                 for k, v in pair.items():
                     put(f"{b.name}.{k}", b.layer, v, width)
@@ -280,6 +285,10 @@ class Analyzer:
                 put(f"router.{k}", r.layer, v, 1)
             p = prev_blocks.get((r.layer, "router"))
             if p is not None and p.router_w is not None and p.router_w.shape == w.shape:
+                if p.router_w.dtype != w.dtype:  # as for attention: both in float64
+                    w = w.double()
+                    bias = None if bias is None else bias.double()
+                    p = _BlockState(router_w=p.router_w.double())
                 for k, v in router.pair_monitors(p.router_w, w).items():
                     put(f"router.{k}", r.layer, v, 1)
             st = blocks.setdefault((r.layer, "router"), _BlockState())
@@ -362,7 +371,9 @@ def run_analysis(
         except (CkptscanError, LayoutError) as e:
             if debug:
                 raise
-            skipped.append(Skipped(str(ck.path), e.message if e.path else str(e)))
+            # keep the file the error names when it is one inside the checkpoint (a shard, config.json)
+            reason = e.message if e.path in (None, str(ck.path)) else str(e)
+            skipped.append(Skipped(str(ck.path), reason))
             status = "skipped"
         else:
             results.append(res)

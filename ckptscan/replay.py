@@ -80,10 +80,8 @@ class ReplayFile:
         except (OSError, ValueError) as err:
             raise ReplayError(f"not a readable HDF5 replay file ({_short(err)})", self.path) from err
         try:
-            fmt = self._f.attrs.get("format")
-            if isinstance(fmt, bytes):
-                fmt = fmt.decode("utf-8", "replace")
-            if fmt != FORMAT:
+            fmt = _attr_text(self._f.attrs.get("format"))
+            if not (isinstance(fmt, str) and fmt == FORMAT):  # an array or opaque value is not ours
                 raise ReplayError(f"attribute 'format' is {fmt!r}, expected {FORMAT!r}", self.path)
             step = self._f.attrs.get("step")
             if step is None or not np.issubdtype(np.asarray(step).dtype, np.integer) or np.ndim(step) != 0:
@@ -107,7 +105,7 @@ class ReplayFile:
         except ReplayError:
             self._f.close()
             raise
-        except (OSError, ValueError, KeyError, RuntimeError) as err:  # h5py on damaged metadata
+        except (OSError, ValueError, KeyError, RuntimeError, TypeError) as err:  # h5py on damaged metadata
             self._f.close()
             raise ReplayError(f"damaged HDF5 replay file ({_short(err)})", self.path) from err
 
@@ -212,10 +210,8 @@ class ReplayFile:
             return None
         if not hasattr(ds, "shape"):
             raise ReplayError(f"'{where}' is not a dataset", self.path)
-        tag = ds.attrs.get("dtype")
-        if isinstance(tag, bytes):
-            tag = tag.decode("utf-8", "replace")
-        if tag == "bfloat16":
+        tag = _attr_text(ds.attrs.get("dtype"))
+        if isinstance(tag, str) and tag == "bfloat16":
             if ds.dtype != np.uint16:
                 raise ReplayError(f"dataset '{where}' is tagged bfloat16 but stored as {ds.dtype}, not uint16",
                                   self.path)
@@ -252,6 +248,16 @@ class ReplayFile:
             return ds[seqs] if seqs is not None else ds[()]
         except (OSError, ValueError, KeyError, RuntimeError) as err:
             raise ReplayError(f"cannot read dataset '{where}' ({_short(err)})", self.path) from err
+
+
+def _attr_text(value):
+    """An HDF5 attribute as text when it is a string (bytes, or opaque bytes written as np.void);
+    any other value is returned as is, for the caller's ``isinstance(.., str)`` check."""
+    if isinstance(value, np.void):
+        value = value.tobytes()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
 
 
 def _short(err: BaseException) -> str:

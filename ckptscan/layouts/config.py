@@ -11,6 +11,7 @@ so a vision tower's ``hidden_size`` never shadows the language model's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +119,10 @@ def _as_int(v: Any) -> int | None:
         return None
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        return None
+    # NaN/Infinity are valid in Python's json (config.json may hold them): not a count
+    if not math.isfinite(f):
         return None
     return int(f) if f == int(f) else None
 
@@ -128,7 +132,7 @@ def _as_float(v: Any) -> float | None:
         return None
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

@@ -96,7 +96,18 @@ def pair_monitors(
         "k.update_ratio": k_ratio,
     }
     g1 = Grams(g0.q + c_q + c_q.mT + g_dq, g0.k + c_k + c_k.mT + g_dk, wq1.dtype)
+    # The carried sum is safe while W(t) is not much smaller than W(t-1); where a head shrank (a
+    # zeroed or collapsing matrix) the sum would cancel and turn round-off into a spectrum, so the
+    # Grams are taken from the weights instead.
+    if not (_kept_scale(g0.q, g1.q) and _kept_scale(g0.k, g1.k)):
+        g1 = Grams.of(wq1, wk1)
     return values, g1
+
+
+def _kept_scale(g0: torch.Tensor, g1: torch.Tensor, floor: float = 0.5) -> bool:
+    """Every block's trace stayed above ``floor`` times its previous (positive) value."""
+    t0, t1 = _trace(g0), _trace(g1)
+    return bool(((t0 > 0) & (t1 >= floor * t0)).all())
 
 
 def _core(dtype: torch.dtype) -> torch.dtype:
