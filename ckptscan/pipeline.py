@@ -136,6 +136,7 @@ class Analyzer:
         self.reference_ids: np.ndarray | None = None
         self.layout_desc: dict | None = None
         self.layout_key = None
+        _remove_stale_temporaries(self.parts_dir)
         if options.layout_file is not None:
             self.layout_key = Path(options.layout_file).read_bytes().hex()[:64]
 
@@ -343,6 +344,13 @@ def prefetch(loads: list[Callable[[], object]]):
             pending = pool.submit(nxt)
             yield current
         yield pending.result()
+
+
+def _remove_stale_temporaries(parts_dir: Path) -> None:
+    """A killed run can leave the temporary of an atomic write behind; it is never read, remove it."""
+    if parts_dir.is_dir():
+        for tmp in parts_dir.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def _finite(*ts) -> bool:

@@ -214,3 +214,18 @@ def test_broken_replay_file_loses_only_the_activation_side(tmp_path):
     tl = res.timeline
     assert np.isfinite(tl.get("attn.D2.entropy2")[1]).all()
     assert np.isnan(tl.get("act.attn.max_logit")[1]).all() and np.isfinite(tl.get("act.attn.max_logit")[2]).all()
+
+
+def test_nothing_readable_is_an_input_error_and_stale_temporaries_are_removed(tmp_path):
+    from ckptscan.errors import InputError
+
+    run = make_run(tmp_path / "run", n=2)
+    out = tmp_path / "out"
+    analyze(run, out_dir=out, device="cpu")
+    stale = out / "parts" / ".step_000000000100.npz.abc.tmp"
+    stale.write_bytes(b"torn")
+    analyze(run, out_dir=out, device="cpu")
+    assert not stale.exists()
+    (run / "config.json").write_text("{not json")  # every checkpoint reads it
+    with pytest.raises(InputError, match="none of the 2 checkpoints could be read.*config.json"):
+        analyze(run, out_dir=tmp_path / "out2", device="cpu")
