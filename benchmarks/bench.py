@@ -43,7 +43,8 @@ GEOMETRIES = {
 }
 
 
-def write_run(root: Path, geometry: str, n: int, seed: int = 0, rel_update: float = 1e-3) -> Path:
+def write_run(root: Path, geometry: str, n: int, seed: int = 0, rel_update: float = 1e-3,
+              replay: tuple[int, int] | None = None) -> Path:
     L, d, H, G, h = GEOMETRIES[geometry]
     g = torch.Generator().manual_seed(seed)
     cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": d, "num_hidden_layers": L,
@@ -63,6 +64,14 @@ def write_run(root: Path, geometry: str, n: int, seed: int = 0, rel_update: floa
         folder.mkdir()
         save_file({k: v.to(torch.bfloat16) for k, v in base.items()}, folder / "model.safetensors")
         (folder / "config.json").write_text(json.dumps(cfg))
+        if replay is not None:  # a fixed replay batch: same tokens, slowly moving activations
+            from ckptscan.record import write_replay
+
+            b, t = replay
+            gx = torch.Generator().manual_seed(seed + 1)
+            acts = {(i, "attn_in"): torch.randn(b, t, d, generator=gx) + step * 1e-3 for i in range(L)}
+            write_replay(folder / "replay.h5", (step + 1) * 100, acts, input_ids=torch.zeros(b, t, dtype=torch.long),
+                         store_dtype="bfloat16")
         for k, v in base.items():
             v.add_(torch.randn(v.shape, generator=g) * (rel_update * d**-0.5))
     return root
@@ -81,12 +90,12 @@ def io_floor(run: Path) -> float:
     return time.perf_counter() - t
 
 
-def analysis(run: Path, out: Path, device: str) -> float:
+def analysis(run: Path, out: Path, device: str, replay: bool = False) -> float:
     from ckptscan import analyze
 
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
-    analyze(run, out_dir=out, device=device, replay=False, command=["bench"])
+    analyze(run, out_dir=out, device=device, replay=replay, command=["bench"])
     return time.perf_counter() - t
 
 
@@ -137,6 +146,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=None, help="where to write the synthetic checkpoints")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--replay", default="", metavar="BxT",
+                    help="also time the activation side with a replay batch, e.g. 8x512 (written in bf16)")
     args = ap.parse_args()
 
     L, d, H, G, h = GEOMETRIES[args.geometry]
@@ -160,6 +171,15 @@ def main() -> None:
             "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(),
         }
+        if args.replay:
+            b, t = (int(x) for x in args.replay.lower().split("x"))
+            rrun = write_run(scratch / "replay-run", args.geometry, args.checkpoints, replay=(b, t))
+            with_replay = analysis(rrun, scratch / "replay-out", args.device, replay=True)
+            weights_only = analysis(rrun, scratch / "replay-out2", args.device, replay=False)
+            result.update({"replay_batch": [b, t], "analysis_with_replay_s": round(with_replay, 3),
+                           "activation_side_s": round(with_replay - weights_only, 3),
+                           "activation_side_per_checkpoint_s": round((with_replay - weights_only) / args.checkpoints, 3)})
+            shutil.rmtree(rrun)
         if args.memory:
             sweep = {}
             for n in (int(x) for x in args.memory.split(",")):
