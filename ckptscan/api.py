@@ -12,7 +12,7 @@ from typing import Callable
 from ckptscan import __version__
 from ckptscan.activation_stage import add_churn_final
 from ckptscan.discover import Checkpoint, Skipped, discover, no_checkpoints_error
-from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INPUT, InputError, UsageError
+from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INPUT, UsageError
 from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
 from ckptscan.timeline import Timeline, assemble, atomic_write
 
@@ -111,9 +111,6 @@ def analyze(
 
     results, skipped_run, layout_desc = run_analysis(run_dir, out, ckpts, options, progress, debug)
     skipped = skipped + skipped_run
-    if not results:
-        first = skipped_run[0] if skipped_run else skipped[0]
-        raise InputError(f"none of the {len(ckpts)} checkpoints could be read; first: {first.path}: {first.reason}")
 
     add_churn_final(results)
     findings = [f for r in results for f in r.findings]
@@ -128,6 +125,10 @@ def analyze(
         "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
         "replay_pattern": replay_pattern,
     })
+    if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
+        first = skipped_run[0] if skipped_run else skipped[0]
+        judgement["verdict"].update(confidence=0.0, reason=(
+            f"no verdict: none of the {len(ckpts)} checkpoints could be read (first: {first.path}: {first.reason})"))
     summary = {
         "schema": SCHEMA,
         "ckptscan_version": __version__,
