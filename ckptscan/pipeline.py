@@ -38,7 +38,7 @@ from ckptscan.replay import find_replay
 from ckptscan.timeline import load_part, save_part
 
 # Bump when a monitor's definition changes: old part files are then recomputed.
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2  # 2: float64 Gram products
 
 
 @dataclass
