@@ -72,7 +72,7 @@ def write_run(root: Path, geometry: str, n: int, seed: int = 0, rel_update: floa
             acts = {(i, "attn_in"): torch.randn(b, t, d, generator=gx) + step * 1e-3 for i in range(L)}
             write_replay(folder / "replay.h5", (step + 1) * 100, acts, input_ids=torch.zeros(b, t, dtype=torch.long),
                          store_dtype="bfloat16")
-        for k, v in base.items():
+        for v in base.values():
             v.add_(torch.randn(v.shape, generator=g) * (rel_update * d**-0.5))
     return root
 

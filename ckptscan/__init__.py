@@ -23,4 +23,4 @@ def load_result(out_dir):
     return _load(out_dir)
 
 
-__all__ = ["analyze", "load_result", "__version__"]
+__all__ = ["__version__", "analyze", "load_result"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ckptscan.errors import ReplayError
+from ckptscan.errors import CkptscanError, ReplayError
 from ckptscan.layouts.base import Layout
 from ckptscan.monitors.activations import (
     RopeSpec,
@@ -51,7 +51,8 @@ def activation_values(
 ) -> tuple[ReplayState, np.ndarray | None, dict[str, np.ndarray]]:
     """Compute every ``act.*`` series of one checkpoint via ``put(name, layer, vector, width)``.
 
-    ``weights`` / ``prev_weights``: {(layer, block): _BlockState} of this and the previous checkpoint.
+    ``weights`` / ``prev_weights``: this and the previous checkpoint's tensors, read on demand
+    (``.attn(layer, block) -> (wq, wk)``, ``.router(layer) -> (w, bias)``; ``prev_weights`` may be None).
     Returns the state for the next checkpoint, this file's input_ids, and the per-layer top-k
     routing decisions (kept in the part file for churn against the final checkpoint).
     Raises ReplayError (naming file and dataset) when the file breaks the contract.
@@ -69,27 +70,32 @@ def activation_values(
         try:
             width = max((b.n_heads for b in layout.attention if b.name == "attn"), default=1)
             for b in layout.attention:
-                st = weights.get((b.layer, b.name))
-                if st is None or st.wq is None or not attention_is_exact(layout, b.name) or b.layer not in rf.layers():
+                if not attention_is_exact(layout, b.name) or b.layer not in rf.layers():
                     continue
+                wq, wk = weights.attn(b.layer, b.name)
+                if not (torch.isfinite(wq.sum()) and torch.isfinite(wk.sum())):
+                    continue  # an overflow finding already
                 x = rf.attn_in(b.layer, b.hidden).to(device)
-                p = prev_weights.get((b.layer, b.name))
                 kw = {}
-                if prev_rf is not None and p is not None and p.wq is not None and b.layer in prev_rf.layers():
-                    kw = dict(x_prev=prev_rf.attn_in(b.layer, b.hidden).to(device), wq_prev=p.wq, wk_prev=p.wk)
-                vals = attention_activation_monitors(x, st.wq, st.wk, b.kv_index(), rope=rope if b.rope else None, **kw)
+                if prev_rf is not None and prev_weights is not None and b.layer in prev_rf.layers():
+                    before = _try(prev_weights.attn, b.layer, b.name)
+                    if before is not None and before[0].shape == wq.shape and before[1].shape == wk.shape:
+                        kw = {"x_prev": prev_rf.attn_in(b.layer, b.hidden).to(device), "wq_prev": before[0], "wk_prev": before[1]}
+                vals = attention_activation_monitors(x, wq, wk, b.kv_index(), rope=rope if b.rope else None, **kw)
                 for name, v in vals.items():
                     put(name, b.layer, v, width)
             topk_now: dict[int, torch.Tensor] = {}
             for r in layout.routers:
-                st = weights.get((r.layer, "router"))
+                w, bias = weights.router(r.layer)
+                if not torch.isfinite(w.sum()):
+                    continue  # an overflow finding already
                 logits = rf.router_logits(r.layer, r.n_experts) if rf.has(r.layer, "router_logits") else None
                 if logits is None:
-                    if st is None or st.router_w is None or not rf.has(r.layer, "router_in"):
+                    if not rf.has(r.layer, "router_in"):
                         continue
-                    src = dict(logits_or_x=rf.router_in(r.layer, r.hidden).to(device), w=st.router_w, bias=st.router_bias)
+                    src = {"logits_or_x": rf.router_in(r.layer, r.hidden).to(device), "w": w, "bias": bias}
                 else:
-                    src = dict(logits_or_x=logits.to(device), bias=st.router_bias if st is not None else None)
+                    src = {"logits_or_x": logits.to(device), "bias": bias}
                 prev_topk = prev.topk.get(r.layer) if prev is not None else None
                 vals, idx = router_activation_monitors(
                     routing=r.routing, top_k=r.top_k or layout.config.top_k or 2, prev_topk=prev_topk, **src
@@ -117,6 +123,13 @@ def add_churn_final(results) -> None:
             layer = int(key.split(".", 1)[1])
             arr = r.values.setdefault("act.router.churn_final", np.full((final.values["numerics.nonfinite"].shape[0], 1), np.nan, np.float32))
             arr[layer, 0] = routing_churn(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(final.extras[key].astype(np.int64)))
+
+
+def _try(load, *args):
+    try:
+        return load(*args)
+    except (CkptscanError, KeyError):
+        return None
 
 
 def _open_prev(prev: ReplayState | None) -> ReplayFile | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ckptscan import __version__
 from ckptscan.activation_stage import add_churn_final
@@ -41,9 +41,9 @@ class Result:
         """0 healthy, 1 anomaly found, 3 input error; ``fail_on`` picks what fails (docs/cli.md)."""
         if fail_on == "never":
             return EXIT_HEALTHY
-        if any(s.error for s in self.skipped) and fail_on in ("anomaly", "input-error"):
-            if fail_on == "input-error" or not self.anomalous:
-                return EXIT_INPUT
+        input_error = any(s.error for s in self.skipped)
+        if input_error and (fail_on == "input-error" or (fail_on == "anomaly" and not self.anomalous)):
+            return EXIT_INPUT
         if self.anomalous and fail_on == "anomaly":
             return EXIT_ANOMALY
         return EXIT_HEALTHY

@@ -13,20 +13,21 @@ again only if the next checkpoint needs them for an increment.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from ckptscan import monitors as registry
-from ckptscan.discover import Checkpoint, Skipped
 from ckptscan.activation_stage import ReplayState, activation_values
+from ckptscan.discover import Checkpoint, Skipped
 from ckptscan.errors import CkptscanError, InputError, LayoutError, ReplayError
 from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
@@ -50,22 +51,37 @@ class Options:
     replay_pattern: str | None = None
 
 
-@dataclass
-class _BlockState:
-    """What the next checkpoint's increment needs from this one, for one block."""
+class _Weights:
+    """One checkpoint's monitored tensors, read on demand (memory-mapped) and never held beyond a
+    block: the activation stage and the increments re-read them instead of keeping a whole
+    checkpoint's q/k in memory (a re-read from the page cache costs far less than the maths)."""
 
-    wq: torch.Tensor | None = None
-    wk: torch.Tensor | None = None
-    grams: Grams | None = None
-    router_w: torch.Tensor | None = None
-    router_bias: torch.Tensor | None = None
+    def __init__(self, analyzer: Analyzer, src, layout: Layout):
+        self._an = analyzer
+        self._src = src
+        self._attn = {(b.layer, b.name): b for b in layout.attention}
+        self._routers = {r.layer: r for r in layout.routers}
+
+    def attn(self, layer: int, name: str = "attn"):
+        b = self._attn.get((layer, name))
+        return None if b is None else self._an._load_attn(b, self._src)
+
+    def router(self, layer: int):
+        r = self._routers.get(layer)
+        return None if r is None else self._an._load_router(r, self._src)
+
+    def attn_block(self, layer: int, name: str = "attn") -> AttnBlock | None:
+        return self._attn.get((layer, name))
 
 
 @dataclass
 class _Prev:
+    """What the next checkpoint needs from this one: where it is (its tensors are re-read) and the
+    Gram blocks of its attention layers (small: H h^2 per layer), when they were computed."""
+
     ckpt: Checkpoint
     identity: dict
-    blocks: dict[tuple[int, str], _BlockState] | None  # None: not loaded (part was reused)
+    grams: dict[tuple[int, str], Grams] = field(default_factory=dict)
 
 
 @dataclass
@@ -163,19 +179,20 @@ class Analyzer:
                 self.layout_desc = layout.describe()
             if stored is not None:
                 values, findings, extras, skipped = stored
-                self.prev = _Prev(ckpt, identity, None)
+                self.prev = _Prev(ckpt, identity)
                 self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
                 return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped)
 
-            prev_blocks = self._prev_blocks(layout)
-            values, findings, blocks = self._compute(src, layout, prev_blocks, ckpt.step)
-            extras, skipped = self._activations(replay_path, layout, blocks, prev_blocks, values)
+            with self._open_prev() as prev_weights:
+                weights = _Weights(self, src, layout)
+                values, findings, grams = self._compute(weights, layout, prev_weights, ckpt.step)
+                extras, skipped = self._activations(replay_path, layout, weights, prev_weights, values)
             meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped]}
             save_part(part, identity, values, extra={"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras})
-            self.prev = _Prev(ckpt, identity, blocks)
+            self.prev = _Prev(ckpt, identity, grams)
             return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped)
 
-    def _activations(self, replay_path, layout, blocks, prev_blocks, values):
+    def _activations(self, replay_path, layout, weights, prev_weights, values):
         """The activation side (when this checkpoint has a replay file); a broken file is skipped."""
         if replay_path is None:
             self.replay_prev = None
@@ -184,7 +201,7 @@ class Analyzer:
         act: dict[str, np.ndarray] = {}
         try:
             state, ids, extras = activation_values(
-                replay_path, layout, blocks, self.replay_prev, prev_blocks, self.reference_ids,
+                replay_path, layout, weights, self.replay_prev, prev_weights, self.reference_ids,
                 functools.partial(_put, act, n_layers), self.device,
             )
         except ReplayError as e:
@@ -209,29 +226,26 @@ class Analyzer:
         skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
         return values, meta.get("findings", []), extras, skipped
 
-    def _prev_blocks(self, layout: Layout) -> dict[tuple[int, str], _BlockState]:
-        """The previous checkpoint's tensors; re-read from disk if its part was reused."""
+    @contextlib.contextmanager
+    def _open_prev(self):
+        """The previous analysed checkpoint's tensors (``_Weights``), or None when there is none or
+        it cannot be read any more (then there is simply no increment)."""
         if self.prev is None:
-            return {}
-        if self.prev.blocks is not None:
-            return self.prev.blocks
-        prev_config, _ = load_config(self.prev.ckpt.path, self.run_dir)
+            yield None
+            return
         try:
-            with open_checkpoint(self.prev.ckpt.path, trust_pickle=self.opt.trust_pickle) as src:
-                prev_layout = resolve_layout(src.infos(), prev_config, self.opt.layout_file)
-                blocks = {}
-                for b in prev_layout.attention:
-                    wq, wk = self._load_attn(b, src)
-                    if _finite(wq, wk):
-                        blocks[(b.layer, b.name)] = _BlockState(wq, wk, Grams.of(wq, wk))
-                for r in prev_layout.routers:
-                    w, bias = self._load_router(r, src)
-                    if _finite(w, bias):
-                        st = blocks.setdefault((r.layer, "router"), _BlockState())
-                        st.router_w, st.router_bias = w, bias
+            config, _ = load_config(self.prev.ckpt.path, self.run_dir)
+            src = open_checkpoint(self.prev.ckpt.path, trust_pickle=self.opt.trust_pickle)
         except CkptscanError:
-            return {}
-        return blocks
+            yield None
+            return
+        with src:
+            try:
+                layout = resolve_layout(src.infos(), config, self.opt.layout_file)
+            except CkptscanError:
+                yield None
+                return
+            yield _Weights(self, src, layout)
 
     def _load_attn(self, b: AttnBlock, src) -> tuple[torch.Tensor, torch.Tensor]:
         wq, wk = b.load(src.read)
@@ -243,17 +257,22 @@ class Analyzer:
         dt = gram_dtype(w)
         return w.to(self.device, dt), (None if bias is None else bias.to(self.device, dt))
 
-    def _compute(self, src, layout: Layout, prev_blocks, step: int):
+    def _compute(self, weights: _Weights, layout: Layout, prev: _Weights | None, step: int):
+        """The weight-side monitors of one checkpoint, block by block (the next block is read while
+        this one is computed).  Returns the values, the overflow findings and the Gram blocks."""
         n_layers = layout.n_layers
         values: dict[str, np.ndarray] = {}
         findings: list[dict] = []
-        blocks: dict[tuple[int, str], _BlockState] = {}
+        grams: dict[tuple[int, str], Grams] = {}
         nonfinite = np.zeros((n_layers, 1), dtype=np.float32)
-
         put = functools.partial(_put, values, n_layers)
+        carried = self.prev.grams if self.prev is not None else {}
 
-        loads = [functools.partial(self._load_attn, b, src) for b in layout.attention]
-        for b, (wq, wk) in zip(layout.attention, prefetch(loads)):
+        def load_attn(b: AttnBlock):
+            cur = weights.attn(b.layer, b.name)
+            return cur, _safe(prev.attn, b.layer, b.name) if prev is not None else None
+
+        for b, ((wq, wk), before) in zip(layout.attention, prefetch([functools.partial(load_attn, b) for b in layout.attention])):
             bad = nonfinite_count(wq, wk)
             nonfinite[b.layer, 0] += bad
             width = max(x.n_heads for x in layout.attention if x.name == b.name)
@@ -261,22 +280,23 @@ class Analyzer:
                 findings.append(_overflow(step, b.layer, b.tensors, bad))
                 continue
             kv = b.kv_index()
-            p = prev_blocks.get((b.layer, b.name))
-            if p is not None and p.wq is not None and p.wq.shape == wq.shape and p.wk.shape == wk.shape:
-                if p.wq.dtype != wq.dtype:  # one side needed float64 (extreme magnitudes): both in float64
-                    wq, wk = wq.double(), wk.double()
-                    p = _BlockState(p.wq.double(), p.wk.double(), None)
-                pair, g = attention.pair_monitors(p.wq, p.wk, wq, wk, kv, p.grams)
+            if before is not None and before[0].shape == wq.shape and before[1].shape == wk.shape and _finite(*before):
+                wq0, wk0 = before
+                if wq0.dtype != wq.dtype:  # one side needed float64 (extreme magnitudes): both in float64
+                    wq, wk, wq0, wk0 = wq.double(), wk.double(), wq0.double(), wk0.double()
+                pair, g = attention.pair_monitors(wq0, wk0, wq, wk, kv, carried.get((b.layer, b.name)))
                 for k, v in pair.items():
                     put(f"{b.name}.{k}", b.layer, v, width)
             else:
                 g = Grams.of(wq, wk)
             for k, v in attention.single_monitors(g, kv).items():
                 put(f"{b.name}.{k}", b.layer, v, width)
-            blocks[(b.layer, b.name)] = _BlockState(wq, wk, g)
+            grams[(b.layer, b.name)] = g
 
-        loads = [functools.partial(self._load_router, r, src) for r in layout.routers]
-        for r, (w, bias) in zip(layout.routers, prefetch(loads)):
+        def load_router(r: RouterBlock):
+            return weights.router(r.layer), _safe(prev.router, r.layer) if prev is not None else None
+
+        for r, ((w, bias), before) in zip(layout.routers, prefetch([functools.partial(load_router, r) for r in layout.routers])):
             bad = nonfinite_count(w, bias)
             nonfinite[r.layer, 0] += bad
             if bad:
@@ -284,16 +304,9 @@ class Analyzer:
                 continue
             for k, v in router.single_monitors(w).items():
                 put(f"router.{k}", r.layer, v, 1)
-            p = prev_blocks.get((r.layer, "router"))
-            if p is not None and p.router_w is not None and p.router_w.shape == w.shape:
-                if p.router_w.dtype != w.dtype:  # as for attention: both in float64
-                    w = w.double()
-                    bias = None if bias is None else bias.double()
-                    p = _BlockState(router_w=p.router_w.double())
-                for k, v in router.pair_monitors(p.router_w, w).items():
+            if before is not None and before[0].shape == w.shape and _finite(before[0]):
+                for k, v in router.pair_monitors(before[0].double(), w.double()).items():
                     put(f"router.{k}", r.layer, v, 1)
-            st = blocks.setdefault((r.layer, "router"), _BlockState())
-            st.router_w, st.router_bias = w, bias
 
         values["numerics.nonfinite"] = nonfinite
         # make sure every registered weight-side series exists (NaN where undefined), so the
@@ -305,7 +318,15 @@ class Analyzer:
                 continue
             width = max((x.n_heads for x in layout.attention if x.name == "attn"), default=1) if s.scope == "head" else 1
             values.setdefault(name, np.full((n_layers, width), np.nan, dtype=np.float32))
-        return values, findings, blocks
+        return values, findings, grams
+
+
+def _safe(load, *args):
+    """A previous checkpoint's block, or None if it cannot be read (no increment then)."""
+    try:
+        return load(*args)
+    except (CkptscanError, KeyError):
+        return None
 
 
 def _put(values: dict, n_layers: int, name: str, layer: int, vec, width: int) -> None:

@@ -43,7 +43,7 @@ class Timeline:
         return name in self.series
 
     @classmethod
-    def from_arrays(cls, steps, series: dict[str, np.ndarray], meta: dict | None = None) -> "Timeline":
+    def from_arrays(cls, steps, series: dict[str, np.ndarray], meta: dict | None = None) -> Timeline:
         steps = np.asarray(steps, dtype=np.int64)
         out = {}
         for k, v in series.items():
@@ -73,7 +73,7 @@ class Timeline:
         atomic_write(path, writer=write)
 
     @classmethod
-    def load(cls, path: Path) -> "Timeline":
+    def load(cls, path: Path) -> Timeline:
         import h5py
 
         with h5py.File(path, "r") as f:

@@ -27,7 +27,7 @@ def attention_reference(wq0, wk0, wq1=None, wk1=None, kv_index=None) -> dict[str
     """Per-head monitors from the materialised M_j, D2, D3 (all float64)."""
     wq0 = np.asarray(wq0, np.float64)
     wk0 = np.asarray(wk0, np.float64)
-    H, h, d = wq0.shape
+    H, h, _d = wq0.shape
     kv = np.arange(H) // (H // wk0.shape[0]) if kv_index is None else np.asarray(kv_index)
     out: dict[str, list] = {}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-TINY = dict(layers=2, heads=4, kv_heads=2, head_dim=8, hidden=32, experts=4)
+TINY = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 8, "hidden": 32, "experts": 4}
 
 
 def state_dict(g: torch.Generator, moe: bool, c=TINY) -> dict[str, torch.Tensor]:

@@ -104,7 +104,7 @@ def test_torn_part_file_is_recomputed(tmp_path):
     run = make_run(tmp_path / "run", n=2)
     out = tmp_path / "out"
     analyze(run, out_dir=out, device="cpu")
-    part = sorted((out / "parts").iterdir())[0]
+    part = min((out / "parts").iterdir())
     part.write_bytes(part.read_bytes()[:50])
     res = analyze(run, out_dir=out, device="cpu")
     assert res.summary["checkpoints"]["reused"] == 1
@@ -244,7 +244,7 @@ def test_fixture_weights_match_reference(tmp_path):
     H, G, h = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     sds = [load_file(run / f"checkpoint-{s}" / "model.safetensors") for s in (600, 700)]
     for layer in range(cfg["num_hidden_layers"]):
-        def heads(sd):
+        def heads(sd, layer=layer):
             q = sd[f"model.layers.{layer}.self_attn.q_proj.weight"].double().reshape(H, h, -1)
             k = sd[f"model.layers.{layer}.self_attn.k_proj.weight"].double().reshape(G, h, -1)
             return q, k

@@ -13,8 +13,8 @@ Tensor names live in ``ckptscan/layouts/`` only.  Everything downstream sees ``A
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch

@@ -75,4 +75,4 @@ register("router.update_ratio", "router", "layer", "pair", "up", "||dW_r||_F / |
 register("numerics.nonfinite", "numerics", "layer", "single", "up", "count of NaN/Inf values in the layer's q, k and router tensors")
 
 # --- activation side (monitors/activations.py registers the act.* series) ----------------------
-from ckptscan.monitors import activations as _activations  # noqa: E402,F401
+from ckptscan.monitors import activations as _activations  # noqa: F401

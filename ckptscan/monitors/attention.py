@@ -34,7 +34,7 @@ class Grams:
     k: torch.Tensor
 
     @classmethod
-    def of(cls, wq: torch.Tensor, wk: torch.Tensor) -> "Grams":
+    def of(cls, wq: torch.Tensor, wk: torch.Tensor) -> Grams:
         return cls(gram(wq.double()), gram(wk.double()))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-
 # Gram blocks square the weights: above ~2**50 a float32 row sum can overflow (bf16/fp32 weights
 # reach 3.4e38), below ~2**-40 the squares are float32 subnormals and lose digits.  Blocks with
 # such magnitudes are computed in float64 instead (rare, so the cost does not matter).
