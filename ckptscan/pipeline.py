@@ -1,14 +1,14 @@
 """The analysis loop: checkpoints in, per-checkpoint monitor values out (resumable, bounded memory).
 
-For each checkpoint in step order: open it (lazily, memory-mapped), resolve its layout, read the
-q/k (and router) tensors of one block at a time, compute the single-checkpoint monitors and, against
-the previous analysed checkpoint, the increment monitors, and write the checkpoint's part file
-atomically.  What is kept between checkpoints is the previous checkpoint's monitored tensors and
-their small Gram blocks: memory does not grow with the number of checkpoints.
+For each checkpoint in step order: open it (lazily, memory-mapped), resolve its layout, and for one
+block at a time read the q/k (and router) tensors of this checkpoint and of the previous analysed
+one, compute the single-checkpoint monitors and the increment monitors, and write the checkpoint's
+part file atomically.  The next block is read while the current one is computed.  Between
+checkpoints only the small Gram blocks (H h^2 per layer) are kept, so memory is a few blocks'
+tensors, whatever the number of checkpoints or layers.
 
 A checkpoint whose part file exists with the same identity (its files' sizes and mtimes, the
-previous checkpoint's identity, the analysis version) is not recomputed; its tensors are read
-again only if the next checkpoint needs them for an increment.
+previous checkpoint's identity, the analysis version) is not recomputed.
 """
 
 from __future__ import annotations
