@@ -84,11 +84,12 @@ class Alarm:
     score: float  # largest score over the sustained run
     role: str
     direction: str
+    confirmed_step: int | None = None  # the checkpoint that completed the persistence rule
 
     def as_dict(self) -> dict:
         return {"monitor": self.block, "layer": self.layer, "head": self.head,
-                "first_alarm_step": self.first_step, "score": round(float(self.score), 3),
-                "role": self.role, "direction": self.direction}
+                "first_alarm_step": self.first_step, "confirmed_step": self.confirmed_step,
+                "score": round(float(self.score), 3), "role": self.role, "direction": self.direction}
 
 
 @dataclass
@@ -280,7 +281,8 @@ def detect(timeline, params: Params = Params(), reference=None,
                 while j < len(sc.exceed) and sc.exceed[j]:
                     j += 1
                 alarms.append(Alarm(det.monitor, name, layer, head, int(steps[i]), i,
-                                    float(np.nanmax(sc.z[i:j])), det.role, direction))
+                                    float(np.nanmax(sc.z[i:j])), det.role, direction,
+                                    int(steps[i + params.persist - 1])))
     alarms.sort(key=lambda a: (a.index, -a.score))
     return alarms
 

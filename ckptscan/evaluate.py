@@ -33,27 +33,44 @@ def find_runs(runs_dir: Path) -> list[Path]:
 
 
 def score_run(truth: dict, summary: dict) -> dict:
-    """One row: the verdict in ``summary`` against ``truth``."""
+    """One row: the verdict in ``summary`` against ``truth``.
+
+    The log-only detector is credited with its first alarm *at or after* the onset (an alarm
+    before the onset cannot be a detection of the fault: it is counted as crying wolf, and a user
+    who dismissed it would keep watching).  ``log_only_first_lead_time`` is the stricter reading
+    that only credits the very first alarm of the run (``None`` if that alarm came before the
+    onset); both are reported, ``beats_log_only`` uses the first (the harder bar for ckptscan).
+    """
     tclass = truth_class(truth)
     faulty = tclass != "healthy"
     onset = truth.get("onset_step") if faulty else None
     div = truth.get("divergence_step")
     v = summary["verdict"]
     earliest = v.get("earliest_step")
+    confirmed = v.get("confirmed_step")
     loss = summary.get("loss", {})
-    log_alarm = loss.get("log_only_alarm_step")
+    first_log = loss.get("log_only_alarm_step")
+    log_steps = loss.get("log_only_alarm_steps")
+    if log_steps is None:  # older summary.json: only the first alarm is known
+        log_steps = [first_log] if first_log is not None else []
     if faulty:
         false_alarm = bool(v["anomalous"]) and earliest is not None and onset is not None and earliest < onset
         detected = bool(v["anomalous"]) and not false_alarm and (div is None or earliest is None or earliest < div)
-        log_wolf = log_alarm is not None and onset is not None and log_alarm < onset
-        log_detected = log_alarm is not None and not log_wolf and (div is None or log_alarm < div)
+        log_wolf = any(s < onset for s in log_steps) if onset is not None else False
+        after = [s for s in log_steps if onset is None or s >= onset]
+        log_alarm = after[0] if after else None
+        log_detected = log_alarm is not None and (div is None or log_alarm < div)
+        first_ok = first_log is not None and (onset is None or first_log >= onset) and (div is None or first_log < div)
     else:
         false_alarm = bool(v["anomalous"])
         detected = None
-        log_wolf = log_alarm is not None
-        log_detected = None
+        log_alarm = first_log
+        log_wolf = bool(log_steps)
+        log_detected = first_ok = None
     lead = (div - earliest) if (faulty and detected and div is not None and earliest is not None) else None
     log_lead = (div - log_alarm) if (faulty and log_detected and div is not None) else None
+    log_first_lead = (div - first_log) if (faulty and first_ok and div is not None) else None
+    diverged_fault = faulty and div is not None
     return {
         "run": None,
         "truth": tclass,
@@ -66,29 +83,86 @@ def score_run(truth: dict, summary: dict) -> dict:
         "class_right": (v["fault_type"] == tclass),
         "confidence": v.get("confidence"),
         "earliest_step": earliest,
+        # the checkpoint at which the persistence rule had seen enough to raise the alarm
+        "confirmed_step": confirmed,
+        "confirmed_before_divergence": (confirmed is not None and confirmed < div) if (diverged_fault and detected) else None,
         "after_onset": (earliest - onset) if (faulty and earliest is not None and onset is not None) else None,
         "lead_time": lead,
         "log_only_alarm": log_alarm,
         "log_only_lead_time": log_lead,
+        "log_only_first_lead_time": log_first_lead,
         "log_only_cried_wolf": log_wolf,
         # only meaningful when the loss diverged (otherwise there is no lead time to compare)
-        "beats_log_only": (lead is not None and (log_lead is None or lead > log_lead)) if (faulty and div is not None) else None,
+        "beats_log_only": (lead is not None and (log_lead is None or lead > log_lead)) if diverged_fault else None,
+        "beats_log_only_first": (lead is not None and (log_first_lead is None or lead > log_first_lead)) if diverged_fault else None,
     }
 
 
-def evaluate(runs_dir, out_root=None, **analyze_kwargs) -> list[dict]:
-    """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``)."""
+TWIN_TOLERANCE = 5  # steps: a log-only alarm this close to one of a healthy twin's is the same blip
+# what decides which batch a step sees, and what model sees it (the drills: seed -> batch order)
+_BATCH_ORDER = ("naming", "model", "seq_len", "batch_size")
+
+
+def recipe_key(truth: dict) -> str:
+    """Runs with equal keys see the same batches at the same steps with the same model: seed, steps,
+    data fingerprint, model, batch shape (not the LR schedule, the storage or the fault)."""
+    params = truth.get("params") or {}
+    return json.dumps({"seed": truth.get("seed"), "steps": truth.get("steps_planned"),
+                       "data": (truth.get("data") or {}).get("fingerprint"),
+                       "params": {k: params.get(k) for k in _BATCH_ORDER}}, sort_keys=True)
+
+
+def is_fault_free(truth: dict) -> bool:
+    """A healthy or benign-event drill: none of its alarms can be a fault detection."""
+    return truth_class(truth) == "healthy"
+
+
+def specific_log_alarm(row: dict, log_steps: list[int], twin_steps: list[list[int]]) -> dict:
+    """Add the log-only detector's *specific* answer to a fault run's row: its first alarm at/after
+    the onset that no fault-free twin (same seed, data, model and batch shape; healthy or benign) raises within
+    ``TWIN_TOLERANCE`` steps.  An alarm the healthy twin raises too is a blip of the data order,
+    not a sign of the fault.  ``None`` entries when the run has no twin in the evaluation."""
+    row["log_only_twins"] = len(twin_steps)
+    keys = ("log_only_specific_alarm", "log_only_specific_lead_time", "beats_log_only_specific")
+    if row["truth"] == "healthy" or not twin_steps:
+        row.update(dict.fromkeys(keys))
+        return row
+    onset, div = row["onset"], row["divergence"]
+    blips = [t for tw in twin_steps for t in tw]
+    spec = [s for s in log_steps if (onset is None or s >= onset)
+            and not any(abs(s - t) <= TWIN_TOLERANCE for t in blips)]
+    alarm = spec[0] if spec else None
+    lead = (div - alarm) if (alarm is not None and div is not None and alarm < div) else None
+    row["log_only_specific_alarm"] = alarm
+    row["log_only_specific_lead_time"] = lead
+    row["beats_log_only_specific"] = (row["lead_time"] is not None and (lead is None or row["lead_time"] > lead)) \
+        if div is not None else None
+    return row
+
+
+def evaluate(runs_dir, out_root=None, twins_dir=None, **analyze_kwargs) -> list[dict]:
+    """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
+
+    Fault-free runs (healthy or benign) under ``runs_dir`` and ``twins_dir`` serve as twins for
+    the log-only detector's specific lead (``specific_log_alarm``); their logs are read, not analysed."""
+    from ckptscan import logs
     from ckptscan.api import analyze
 
     runs = find_runs(Path(runs_dir))
     root = Path(out_root) if out_root is not None else Path.cwd() / "ckptscan-out" / "eval"
+    twins: dict[str, list[list[int]]] = {}
+    for run in runs + (find_runs(Path(twins_dir)) if twins_dir is not None else []):
+        truth = json.loads((run / "truth.json").read_text())
+        if is_fault_free(truth):
+            twins.setdefault(recipe_key(truth), []).append(logs.summarize(run)["log_only_alarm_steps"])
     rows = []
     for run in runs:
         truth = json.loads((run / "truth.json").read_text())
         res = analyze(run, out_dir=root / run.name, **analyze_kwargs)
         row = score_run(truth, res.summary)
         row["run"] = run.name
-        rows.append(row)
+        steps = res.summary["loss"].get("log_only_alarm_steps") or []
+        rows.append(specific_log_alarm(row, steps, twins.get(recipe_key(truth), [])))
     return rows
 
 
@@ -102,6 +176,10 @@ def totals(rows: list[dict]) -> dict:
         "class_right": sum(bool(r["class_right"]) for r in rows),
         "false_alarms": sum(bool(r["false_alarm"]) for r in rows),
         "beats_log_only": sum(bool(r["beats_log_only"]) for r in faulty),
+        "beats_log_only_first": sum(bool(r.get("beats_log_only_first")) for r in faulty),
+        "beats_log_only_specific": sum(bool(r.get("beats_log_only_specific")) for r in faulty),
+        "with_twin": sum(r.get("beats_log_only_specific") is not None for r in faulty),
+        "confirmed_before_divergence": sum(bool(r.get("confirmed_before_divergence")) for r in faulty),
         "diverged": sum(r["divergence"] is not None for r in faulty),
         "log_only_cried_wolf": sum(bool(r["log_only_cried_wolf"]) for r in rows),
         "healthy_runs": len(clean),
@@ -111,7 +189,9 @@ def totals(rows: list[dict]) -> dict:
 COLUMNS = [("run", "run"), ("truth", "truth"), ("onset", "onset"), ("divergence", "diverge"),
            ("detected", "detected"), ("false_alarm", "false alarm"), ("verdict", "verdict"),
            ("class_right", "class ok"), ("earliest_step", "earliest"), ("after_onset", "+onset"),
-           ("lead_time", "lead"), ("log_only_alarm", "log alarm"), ("log_only_lead_time", "log lead"),
+           ("confirmed_step", "confirmed"), ("lead_time", "lead"), ("log_only_alarm", "log alarm"),
+           ("log_only_lead_time", "log lead"), ("log_only_first_lead_time", "log lead (1st)"),
+           ("log_only_specific_lead_time", "log lead (specific)"),
            ("log_only_cried_wolf", "log wolf")]
 
 
@@ -134,7 +214,10 @@ def format_table(rows: list[dict]) -> str:
     t = totals(rows)
     lines.append("")
     lines.append(f"faulty runs detected {t['detected']}/{t['faulty']}, class right {t['class_right']}/{t['runs']}, "
-                 f"false alarms {t['false_alarms']}/{t['runs']}, lead > log-only {t['beats_log_only']}/{t['diverged']} diverged, "
+                 f"false alarms {t['false_alarms']}/{t['runs']}, lead > log-only {t['beats_log_only']}/{t['diverged']} diverged "
+                 f"(vs its first alarm only: {t['beats_log_only_first']}/{t['diverged']}; "
+                 f"vs its alarms a healthy twin does not raise: {t['beats_log_only_specific']}/{t['with_twin']} with a twin), "
+                 f"alarm confirmed before divergence {t['confirmed_before_divergence']}/{t['diverged']}, "
                  f"log-only cried wolf {t['log_only_cried_wolf']}/{t['runs']}")
     return "\n".join(lines)
 
@@ -143,11 +226,13 @@ def format_table(rows: list[dict]) -> str:
 @click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("-o", "--out", "out_root", type=click.Path(path_type=Path), default=None,
               help="Output root; each run goes to OUT/<run> (default ./ckptscan-out/eval).")
+@click.option("--twins", "twins_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="More fault-free drill runs; a fault run's log-only alarm that a twin (same seed, data, model) also raises is a data-order blip.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and totals as JSON.")
-def eval_cmd(runs_dir: Path, out_root: Path | None, device: str, as_json: bool) -> None:
+def eval_cmd(runs_dir: Path, out_root: Path | None, twins_dir: Path | None, device: str, as_json: bool) -> None:
     """Analyse every drill run (folders with truth.json) under RUNS_DIR and score the verdicts."""
-    rows = evaluate(runs_dir, out_root=out_root, device=device)
+    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, device=device)
     if not rows:
         raise UsageError(f"{runs_dir}: no run folder with a truth.json")
     if as_json:

@@ -34,6 +34,7 @@ DIVERGENCE_MARGIN = 1.0  # nats above the running minimum of the EMA
 SPIKE_WINDOW = 128  # previous values the mean and std are taken over
 SPIKE_SIGMAS = 6.0
 SPIKE_MIN_HISTORY = 32  # no alarm before this many finite previous values (std is meaningless)
+MAX_LISTED_ALARMS = 200  # summary.json lists at most this many log-only alarm steps
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
 LOSS_KEYS = ("loss", "train_loss", "train/loss", "lm_loss", "train/ce_loss")
@@ -106,8 +107,8 @@ def spike_alarms(values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SI
     return out
 
 
-def log_only_alarm(curve: LossCurve, **kw) -> int | None:
-    """First step where loss or grad norm trips the spike rule (``spike_alarms``); ``None`` if never.
+def log_only_alarm_steps(curve: LossCurve, **kw) -> list[int]:
+    """Every step where loss or grad norm trips the spike rule (``spike_alarms``), ascending.
 
     Only the loss may be non-finite-alarming: a missing grad norm is just missing.
     """
@@ -116,8 +117,13 @@ def log_only_alarm(curve: LossCurve, **kw) -> int | None:
         g = np.where(np.isfinite(curve.grad_norm), curve.grad_norm, np.nan)
         gm = spike_alarms(g, **kw) & np.isfinite(g)
         mask = mask | gm
-    idx = np.flatnonzero(mask)
-    return int(curve.steps[idx[0]]) if len(idx) else None
+    return [int(s) for s in curve.steps[np.flatnonzero(mask)]]
+
+
+def log_only_alarm(curve: LossCurve, **kw) -> int | None:
+    """First step where loss or grad norm trips the spike rule; ``None`` if never."""
+    steps = log_only_alarm_steps(curve, **kw)
+    return steps[0] if steps else None
 
 
 # =================================================================================================
@@ -370,9 +376,10 @@ def summarize(run_dir: str | Path, log_file: str | Path | None = None) -> dict:
     curve = load_curve(run_dir, log_file)
     if curve is None:
         return {"curve": None, "log": {"path": None, "points": 0, "notes": ["no training log found"]},
-                "divergence_step": None, "log_only_alarm_step": None}
+                "divergence_step": None, "log_only_alarm_step": None, "log_only_alarm_steps": []}
     div = divergence_step(curve.steps.tolist(), curve.loss.tolist()) if len(curve) else None
-    alarm = log_only_alarm(curve) if len(curve) else None
+    alarms = log_only_alarm_steps(curve) if len(curve) else []
+    alarm = alarms[0] if alarms else None
     first, last = (int(curve.steps[0]), int(curve.steps[-1])) if len(curve) else (None, None)
     return {
         "curve": curve,
@@ -381,4 +388,8 @@ def summarize(run_dir: str | Path, log_file: str | Path | None = None) -> dict:
                 "notes": curve.notes},
         "divergence_step": div,
         "log_only_alarm_step": alarm,
+        # every alarm up to the divergence (and the first one after it): ``ckptscan eval`` needs the
+        # first alarm at/after a fault's onset, not just the first alarm of the run
+        "log_only_alarm_steps": [s for s in alarms if div is None or s <= div][:MAX_LISTED_ALARMS]
+        + [s for s in alarms if div is not None and s > div][:1],
     }

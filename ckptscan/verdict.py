@@ -68,6 +68,7 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
     out = {
         "verdict": verdict,
         "loss": {"divergence_step": div, "log_only_alarm_step": log_alarm,
+                 "log_only_alarm_steps": loss.get("log_only_alarm_steps", []),
                  "divergence_rule": {"ema_beta": logs.EMA_BETA, "margin_nats": logs.DIVERGENCE_MARGIN},
                  "log_only_rule": {"window": logs.SPIKE_WINDOW, "sigmas": logs.SPIKE_SIGMAS,
                                    "min_history": logs.SPIKE_MIN_HISTORY, "series": ["loss", "grad_norm"]}},

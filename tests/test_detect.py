@@ -111,6 +111,27 @@ def test_combined_and_unknown_and_overflow_rules():
     assert v["fault_type"] == "healthy" and not v["anomalous"]
 
 
+def test_combined_when_a_layer_without_collapse_grows_later():
+    """Entropy collapse first (layer 1), then logit growth / step-size growth in layer 0 whose D2
+    entropy had not collapsed: combined.  The same growth only in the collapsed layer, or in layer 0
+    after layer 0 collapsed too, is the low-precision fault's own consequence."""
+    def alarm(role, idx, layer=0, head=None, block="m"):
+        return detect.Alarm("m", block, layer, head, int(STEPS[idx]), idx, 5.0, role, "up")
+
+    base = [alarm("structure", 5, 1, 0), alarm("structure", 5, 1, 2)]
+    v = classify.classify(base + [alarm("logits", 9, 0)], [], L, STEPS)
+    assert v["fault_type"] == "combined" and v["earliest_step"] == STEPS[5]
+    v = classify.classify(base + [alarm("step_size", 12, 0)], [], L, STEPS)
+    assert v["fault_type"] == "combined"
+    v = classify.classify(base + [alarm("logits", 5, 1), alarm("step_size", 6, 1)], [], L, STEPS)
+    assert v["fault_type"] == "lowprec_attention"
+    v = classify.classify(base + [alarm("structure", 8, 0, 3), alarm("logits", 10, 0)], [], L, STEPS)
+    assert v["fault_type"] == "lowprec_attention"
+    v = classify.classify(base + [alarm("structure", 8, 0, 3), alarm("step_size", 10, 1, block="router.update_ratio")],
+                          [], L, STEPS)
+    assert v["fault_type"] == "combined"  # the router is never touched by the attention fault
+
+
 def test_reference_baseline_finds_deviation_and_not_noise():
     ref = healthy(7)
     same = {k: v.copy() for k, v in ref.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,13 @@ from ckptscan import evaluate
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
 
 
-def summary(anomalous, earliest, fault, log_alarm=None):
-    return {"verdict": {"anomalous": anomalous, "earliest_step": earliest, "fault_type": fault, "confidence": 0.5},
-            "loss": {"log_only_alarm_step": log_alarm}}
+def summary(anomalous, earliest, fault, log_alarm=None, log_steps=None):
+    loss = {"log_only_alarm_step": log_alarm}
+    if log_steps is not None:
+        loss = {"log_only_alarm_step": log_steps[0] if log_steps else None, "log_only_alarm_steps": log_steps}
+    return {"verdict": {"anomalous": anomalous, "earliest_step": earliest, "fault_type": fault, "confidence": 0.5,
+                        "confirmed_step": None if earliest is None else earliest + 200},
+            "loss": loss}
 
 
 def test_truth_mapping():
@@ -42,6 +47,50 @@ def test_score_early_alarm_is_false_alarm_and_late_is_missed():
     assert not r["detected"] and not r["class_right"]
 
 
+def test_log_only_credited_with_first_alarm_after_onset():
+    """A pre-onset alarm is crying wolf; the lead counts from the first alarm at/after the onset
+    (log lead), while the stricter first-alarm-only reading gives it none (log lead (1st))."""
+    t = {"fault": "high-lr", "onset_step": 400, "divergence_step": 1000}
+    r = evaluate.score_run(t, summary(True, 600, "high_lr", log_steps=[117, 350, 615, 990]))
+    assert r["log_only_cried_wolf"] and r["log_only_alarm"] == 615
+    assert r["log_only_lead_time"] == 385 and r["log_only_first_lead_time"] is None
+    assert r["lead_time"] == 400 and r["beats_log_only"] and r["beats_log_only_first"]
+    assert r["confirmed_step"] == 800 and r["confirmed_before_divergence"]
+    r = evaluate.score_run(t, summary(True, 700, "high_lr", log_steps=[117, 615]))
+    assert not r["beats_log_only"] and r["beats_log_only_first"]
+    r = evaluate.score_run(t, summary(True, 600, "high_lr", log_steps=[1000]))  # at divergence: too late
+    assert r["log_only_lead_time"] is None and r["beats_log_only"]
+
+
+def test_specific_log_alarm_discounts_healthy_twin_blips():
+    t = {"fault": "high-lr", "onset_step": 400, "divergence_step": 1000}
+    row = evaluate.score_run(t, summary(True, 700, "high_lr", log_steps=[615, 802]))
+    assert not row["beats_log_only"]  # the 615 blip counts as a detection here
+    r = evaluate.specific_log_alarm(dict(row), [615, 802], [[117, 612]])
+    assert r["log_only_specific_alarm"] == 802 and r["log_only_specific_lead_time"] == 198
+    assert r["beats_log_only_specific"] and r["log_only_twins"] == 1
+    r = evaluate.specific_log_alarm(dict(row), [615, 802], [[117, 612], [801]])
+    assert r["log_only_specific_alarm"] is None and r["beats_log_only_specific"]
+    r = evaluate.specific_log_alarm(dict(row), [615, 802], [])  # no twin: no specific answer
+    assert r["beats_log_only_specific"] is None and r["log_only_specific_alarm"] is None
+
+
+def test_recipe_key_is_the_batch_order_not_the_schedule():
+    base = {"seed": 0, "steps_planned": 1500, "data": {"fingerprint": "x"}, "fault": "none",
+            "params": {"naming": "mixtral", "seq_len": 64, "batch_size": 8, "lr": 3e-3, "warmup": 100,
+                       "save_every": 100, "replay": True, "dtype": "bfloat16"}}
+    other = json.loads(json.dumps(base))
+    other["params"].update(save_every=125, replay=False, dtype="float32", warmup=800)
+    other.update(fault="combined", onset_step=500)
+    assert evaluate.recipe_key(base) == evaluate.recipe_key(other)
+    assert evaluate.recipe_key(base) != evaluate.recipe_key(dict(base, seed=1))
+    third = json.loads(json.dumps(base))
+    third["params"]["batch_size"] = 4
+    assert evaluate.recipe_key(base) != evaluate.recipe_key(third)
+    assert evaluate.is_fault_free(base) and evaluate.is_fault_free(dict(base, benign="warmup-cut"))
+    assert not evaluate.is_fault_free(other)
+
+
 def test_score_healthy():
     t = {"fault": "none", "onset_step": 400, "divergence_step": None, "benign": "data-switch"}
     r = evaluate.score_run(t, summary(False, None, "healthy", log_alarm=600))
@@ -66,21 +115,37 @@ def test_eval_cmd_empty_dir(tmp_path):
 FIXTURE_RUNS = sorted(p for p in FIXTURES.glob("*") if (p / "truth.json").is_file()) if FIXTURES.is_dir() else []
 
 
-# Known misses at the time of writing (see docs/detection.md, "Known limits"): the combined-moe
-# fixture diverges at step 568, 168 steps after onset, with checkpoints every 125 steps: only one
-# checkpoint lies between onset and divergence, so no 3-checkpoint alarm can precede it.
-KNOWN_MISS = {"combined-moe"}
+def _checkpoints_in_window(run: Path) -> int | None:
+    """Checkpoints saved after the onset and before the divergence (None: no divergence)."""
+    t = json.loads((run / "truth.json").read_text())
+    div, onset = t.get("divergence_step"), t.get("onset_step")
+    if div is None or t.get("fault") in (None, "none"):
+        return None
+    steps = [int(re.findall(r"\d+", str(c))[-1]) for c in t.get("checkpoints", [])]
+    return sum(1 for c in steps if onset <= c < div)
+
+
+# A fault that diverges with fewer than 2 checkpoints between onset and divergence cannot show a
+# weight-side alarm starting in that window that is confirmed at all (e.g. the first fixture set's
+# combined-moe: saves every 125 steps, divergence 168 steps after onset).
+KNOWN_MISS = {p.name for p in (sorted(FIXTURES.glob("*")) if FIXTURES.is_dir() else [])
+              if (p / "truth.json").is_file() and (_checkpoints_in_window(p) or 99) < 2}
+# Fault runs where the log-only rule's first post-onset alarm is earlier than ours, documented in
+# docs/detection.md ("Known limits"): the LR growth turns an ordinary grad-norm blip at step 516
+# into a 6-sigma one, one checkpoint after onset.
+KNOWN_LOG_ONLY_WINS = {"combined-moe"}
 
 
 def _params(runs):
-    return [pytest.param(p, marks=pytest.mark.xfail(reason="see KNOWN_MISS", strict=False))
+    return [pytest.param(p, marks=pytest.mark.xfail(reason="see KNOWN_MISS", strict=True))
             if p.name in KNOWN_MISS else p for p in runs]
 
 
 @pytest.fixture(scope="module")
 def fixture_rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("eval")
-    return {r["run"]: r for r in evaluate.evaluate(FIXTURES, out_root=out, device="cpu")}
+    # weight side only: the verdict does not read act.* series, and replay doubles the time
+    return {r["run"]: r for r in evaluate.evaluate(FIXTURES, out_root=out, device="cpu", replay=False)}
 
 
 @pytest.mark.skipif(not FIXTURE_RUNS, reason="no drill fixtures")
@@ -98,10 +163,13 @@ def test_fixture_run_end_to_end(run, fixture_rows):
 
 
 @pytest.mark.skipif(not FIXTURE_RUNS, reason="no drill fixtures")
-@pytest.mark.xfail(reason="the log-only rule fires on a grad-norm blip at step 516 on highlr-moe (it cries wolf "
-                   "on healthy runs too); ckptscan's 3-checkpoint confirmation at 125-step saves lands at 625",
-                   strict=False)
 def test_fixture_lead_beats_log_only(fixture_rows):
+    """Lead time > the log-only detector's (first alarm at/after onset) on every diverging fault run
+    except the documented ones, where ckptscan must still lead the divergence."""
     for r in fixture_rows.values():
-        if r["truth"] != "healthy" and r["divergence"] is not None and r["run"] not in KNOWN_MISS:
+        if r["truth"] == "healthy" or r["divergence"] is None or r["run"] in KNOWN_MISS:
+            continue
+        if r["run"] in KNOWN_LOG_ONLY_WINS:
+            assert r["lead_time"] > 0, r
+        else:
             assert r["beats_log_only"], r

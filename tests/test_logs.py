@@ -123,6 +123,29 @@ def test_log_only_alarm_uses_grad_norm_too():
     assert logs.log_only_alarm(c2) is None
 
 
+def test_log_only_alarm_steps_are_every_reference_alarm(tmp_path):
+    """All alarm steps (loss or grad norm) = the union of the slow reference's masks; summary lists
+    them up to the divergence plus the first one after it."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(1, 401)
+    loss = 3.0 + 0.01 * rng.standard_normal(400)
+    g = 1.0 + 0.01 * rng.standard_normal(400)
+    g[[100, 180]] = 5.0
+    loss[250] = 4.0
+    loss[300:] += 2.0  # diverges
+    c = logs.LossCurve(None, steps, loss, g, None)
+    rl, rg = ref_spike(loss.tolist()), ref_spike(g.tolist())
+    want = [int(s) for s, a, b in zip(steps, rl, rg) if a or b]
+    assert logs.log_only_alarm_steps(c) == want and want[:3] == [101, 181, 251]
+    assert logs.log_only_alarm(c) == want[0]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(
+        json.dumps({"step": int(s), "loss": float(lv), "grad_norm": float(gv)}) for s, lv, gv in zip(steps, loss, g)))
+    summ = logs.summarize(tmp_path)
+    div = summ["divergence_step"]
+    assert div is not None and div > 300
+    assert summ["log_only_alarm_steps"] == [s for s in want if s <= div] + [s for s in want if s > div][:1]
+
+
 # --- readers ----------------------------------------------------------------------------------------
 
 
