@@ -122,11 +122,13 @@ def naive(run: Path, heads: int = 2) -> float:
     return (time.perf_counter() - t) / heads
 
 
+# VmHWM, not ru_maxrss: on Linux ru_maxrss survives exec, so a child would report the forking
+# benchmark's own peak (it holds the synthetic weights it wrote).
 PEAK_SNIPPET = """
-import resource, sys
+import sys
 from ckptscan import analyze
 analyze(sys.argv[1], out_dir=sys.argv[2], device=sys.argv[3], replay=False, command=["bench"])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 """
 
 
