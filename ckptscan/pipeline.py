@@ -33,7 +33,7 @@ from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams
-from ckptscan.monitors.numerics import gram_dtype, nonfinite_count
+from ckptscan.monitors.numerics import nonfinite_count
 from ckptscan.readers import open_checkpoint
 from ckptscan.replay import find_replay
 from ckptscan.timeline import load_part, save_part
@@ -249,13 +249,11 @@ class Analyzer:
 
     def _load_attn(self, b: AttnBlock, src) -> tuple[torch.Tensor, torch.Tensor]:
         wq, wk = b.load(src.read)
-        dt = gram_dtype(wq, wk)
-        return wq.to(self.device, dt), wk.to(self.device, dt)
+        return wq.to(self.device, torch.float32), wk.to(self.device, torch.float32)
 
     def _load_router(self, r: RouterBlock, src) -> tuple[torch.Tensor, torch.Tensor | None]:
         w, bias = r.load(src.read)
-        dt = gram_dtype(w)
-        return w.to(self.device, dt), (None if bias is None else bias.to(self.device, dt))
+        return w.to(self.device, torch.float32), (None if bias is None else bias.to(self.device, torch.float32))
 
     def _compute(self, weights: _Weights, layout: Layout, prev: _Weights | None, step: int):
         """The weight-side monitors of one checkpoint, block by block (the next block is read while
@@ -282,8 +280,6 @@ class Analyzer:
             kv = b.kv_index()
             if before is not None and before[0].shape == wq.shape and before[1].shape == wk.shape and _finite(*before):
                 wq0, wk0 = before
-                if wq0.dtype != wq.dtype:  # one side needed float64 (extreme magnitudes): both in float64
-                    wq, wk, wq0, wk0 = wq.double(), wk.double(), wq0.double(), wk0.double()
                 pair, g = attention.pair_monitors(wq0, wk0, wq, wk, kv, carried.get((b.layer, b.name)))
                 for k, v in pair.items():
                     put(f"{b.name}.{k}", b.layer, v, width)

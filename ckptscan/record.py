@@ -14,7 +14,6 @@ rounding of x (relative 4e-3) would swamp a small per-checkpoint change.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from torch import nn
 
 from ckptscan.layouts.families import FAMILIES, template_regex
 from ckptscan.replay import FORMAT
+from ckptscan.timeline import atomic_write
 
 # Module names come from the layout registry (tensor-name knowledge lives in ckptscan/layouts only):
 # a role's tensor template ``layers.{L}.self_attn.q_proj.weight`` names the module
@@ -187,7 +187,7 @@ class ReplayRecorder:
         return captured
 
     def save(self, path: str | Path, step: int, write: bool = True) -> dict[tuple[int, str], torch.Tensor]:
-        """Record and write the replay file atomically (tmp file + ``os.replace``); returns the capture.
+        """Record and write the replay file atomically (``ckptscan.timeline.atomic_write``); returns the capture.
 
         ``write=False`` runs the forward only (for ranks other than 0 in a sharded model, where every
         rank must take part in the forward but one writes).
@@ -209,9 +209,8 @@ def write_replay(
     import h5py
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+
+    def write(tmp: Path) -> None:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = FORMAT
             f.attrs["step"] = int(step)
@@ -228,10 +227,8 @@ def write_replay(
                 else:
                     data = x.to(getattr(torch, store_dtype)).numpy()
                     f.create_dataset(f"layers/{layer}/{name}", data=data, chunks=chunks)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    atomic_write(path, writer=write)
     return path
 
 
