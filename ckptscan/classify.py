@@ -88,8 +88,11 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps) ->
         fault = "unknown"
         conf = 0.3
         reason = f"sustained alarms ({', '.join(sorted({a.block for a in window}))}) match no known signature"
+    # when a monitor reading the checkpoints as they came could have raised it: the first alarm
+    # to complete its persistence rule (not necessarily the one that started earliest)
+    confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
     out = {"anomalous": True, "earliest_step": int(first.first_step),
-           "confirmed_step": first.confirmed_step, "fault_type": fault,
+           "confirmed_step": confirmed, "fault_type": fault,
            "confidence": round(min(1.0, conf), 3), "evidence": evidence, "reason": reason,
            "decided_by": [a.as_dict() for a in window]}
     if first_over is not None:

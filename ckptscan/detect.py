@@ -71,6 +71,7 @@ class Params:
     window: int = 8  # lagged baseline window (checkpoints)
     warmup_skip: int = 1  # first defined values of a series never enter a baseline
     min_history: int = 1  # accepted baseline values needed before a series is scored
+    z_extend: float | None = 2.0  # an alarm extends back over the adjacent checkpoints scoring above this
 
 
 @dataclass
@@ -160,7 +161,9 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
 
 def score_reference(x: np.ndarray, ref: np.ndarray, det: Detector, direction: str,
                     p: Params = Params()) -> SeriesScore:
-    """Scores against a healthy run's series ``ref`` at the same steps (both transformed)."""
+    """Scores against a healthy run's series ``ref`` at the same steps (both transformed).
+
+    Per-head series arrive rank-matched (``_reference_columns``)."""
     n = len(x)
     z = np.full(n, np.nan)
     exceed = np.zeros(n, dtype=bool)
@@ -197,6 +200,13 @@ def first_sustained(exceed: np.ndarray, persist: int) -> int | None:
         if run >= persist:
             return i - persist + 1
     return None
+
+
+def extend_back(z: np.ndarray, i: int, z_extend: float) -> int:
+    """First index of the stretch of consecutive scores above ``z_extend`` that ends at ``i``."""
+    while i > 0 and np.isfinite(z[i - 1]) and z[i - 1] > z_extend:
+        i -= 1
+    return i
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,6 +246,36 @@ def _columns(arr: np.ndarray, det: Detector) -> list[tuple[int, int | None, np.n
     return cols
 
 
+def _reference_columns(arr: np.ndarray, ref_arr: np.ndarray, det: Detector) -> dict:
+    """(layer, head or None) -> the transformed reference series that ``arr``'s column is scored against.
+
+    Head indices carry no meaning across runs (any permutation of a layer's heads is the same
+    model, and two seeds put different heads in each slot), so a per-head series is compared by
+    *rank*: at each step, the head that is the k-th lowest of its layer in this run is compared
+    with the k-th lowest head of the same layer in the reference.  A run that merely permutes its
+    heads matches exactly; a collapsing head falls below the reference's lowest one.  Layer
+    aggregates (medians over heads) compare layer with layer."""
+    out = {}
+    if not det.per_head:
+        for layer, head, col in _columns(ref_arr, det):
+            out[(layer, head)] = _transform(col, det)
+        return out
+    n_k = arr.shape[2]
+    if ref_arr.shape[2] != n_k:
+        return out
+    for layer in range(min(arr.shape[1], ref_arr.shape[1])):
+        a = np.stack([_transform(arr[:, layer, h], det) for h in range(n_k)], axis=1)
+        r = np.stack([_transform(ref_arr[:, layer, h], det) for h in range(n_k)], axis=1)
+        if not np.isfinite(r).any():
+            continue
+        rank = np.argsort(np.argsort(np.where(np.isfinite(a), a, np.inf), axis=1, kind="stable"), axis=1)
+        r_sorted = np.sort(np.where(np.isfinite(r), r, np.inf), axis=1)
+        r_sorted[~np.isfinite(r_sorted)] = np.nan
+        for h in range(n_k):
+            out[(layer, h)] = np.take_along_axis(r_sorted, rank[:, h:h + 1], axis=1)[:, 0]
+    return out
+
+
 def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
     """The reference run's series ``name`` at ``steps`` (NaN where it has no such step)."""
     if ref_timeline is None or name not in ref_timeline:
@@ -266,23 +306,26 @@ def detect(timeline, params: Params = Params(), reference=None,
         for name in _series_for(timeline, det):
             arr = timeline.get(name)
             ref_arr = _align(reference, steps, name)
-            ref_cols = {(l, h): c for (l, h, c) in _columns(ref_arr, det)} if ref_arr is not None else {}
+            ref_cols = _reference_columns(arr, ref_arr, det) if ref_arr is not None else {}
             for layer, head, col in _columns(arr, det):
                 x = _transform(col, det)
                 ref = ref_cols.get((layer, head))
-                if ref is not None and np.isfinite(ref).sum() >= 2:
-                    sc = score_reference(x, _transform(ref, det), det, direction, params)
-                else:
+                self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
+                if self_ref:
                     sc = score_self(x, det, direction, params)
+                else:
+                    sc = score_reference(x, ref, det, direction, params)
                 i = first_sustained(sc.exceed, params.persist)
                 if i is None:
                     continue
+                confirmed = int(steps[i + params.persist - 1])
                 j = i
+                if self_ref and params.z_extend is not None:
+                    i = extend_back(sc.z, i, params.z_extend)
                 while j < len(sc.exceed) and sc.exceed[j]:
                     j += 1
                 alarms.append(Alarm(det.monitor, name, layer, head, int(steps[i]), i,
-                                    float(np.nanmax(sc.z[i:j])), det.role, direction,
-                                    int(steps[i + params.persist - 1])))
+                                    float(np.nanmax(sc.z[i:j])), det.role, direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
     return alarms
 

@@ -175,3 +175,51 @@ def test_judge_output_is_strict_json(tmp_path):
     assert out["lead_time_steps"] == 1500 - STEPS[8]
     assert out["loss"]["log_only_alarm_step"] == 1500
     assert out["log_only_lead_time_steps"] == 0
+
+
+def test_alarm_extends_back_over_the_drift_that_led_into_it():
+    """A collapse that starts gently (2 < z < 3 for two checkpoints, then z > 3 for three) is dated
+    from its first non-normal checkpoint; the trigger is unchanged: the gentle part alone, or
+    isolated 2 < z < 3 values before a later alarm, raise nothing / do not move it."""
+    s = healthy(3)
+    col = s["attn.D2.entropy2"][:, 1, 2]
+    col[6:] = 0.45  # flatten the head (scale = floor 0.05): z = (0.45 - x) / 0.05
+    col[8:10] = 0.45 - 0.05 * 2.5  # z = 2.5: drift, not yet an alarm
+    col[10:] = 0.1  # z = 7: the sustained alarm
+    al = [a for a in detect.detect(tl(s)) if (a.layer, a.head) == (1, 2)]
+    assert al and al[0].first_step == STEPS[8] and al[0].confirmed_step == STEPS[12]
+    no_ext = [a for a in detect.detect(tl(s), detect.Params(z_extend=None)) if (a.layer, a.head) == (1, 2)]
+    assert no_ext[0].first_step == STEPS[10]
+    # drift alone: nothing
+    s2 = healthy(3)
+    s2["attn.D2.entropy2"][6:, 1, 2] = 0.45
+    s2["attn.D2.entropy2"][8:, 1, 2] = 0.45 - 0.05 * 2.5
+    assert [a for a in detect.detect(tl(s2)) if (a.layer, a.head) == (1, 2)] == []
+    # a gap (a normal checkpoint) between the drift and the alarm: the alarm starts after the gap
+    col[9] = 0.45
+    al = [a for a in detect.detect(tl(s)) if (a.layer, a.head) == (1, 2)]
+    assert al[0].first_step == STEPS[10]
+
+
+def test_extend_back_stops_at_undefined_and_normal_scores():
+    z = np.array([np.nan, 2.5, 1.0, 2.1, 2.9, 5.0, 6.0])
+    assert detect.extend_back(z, 5, 2.0) == 3
+    z = np.array([np.nan, 2.5, 2.5, 5.0])
+    assert detect.extend_back(z, 3, 2.0) == 1
+
+
+def test_reference_run_with_permuted_heads_is_not_a_fault():
+    """Head slots mean nothing across runs (another seed puts other heads in each slot): a run
+    whose heads are a permutation of the reference's is healthy; one collapsed head is still found."""
+    ref = healthy(7)
+    perm = {k: v.copy() for k, v in ref.items()}
+    ent = perm["attn.D2.entropy2"]
+    ent[:, 0, :] = ent[:, 0, ::-1]
+    ent[:, 1, :] = ent[:, 1, [2, 0, 3, 1]]
+    ent[:, 0, 0] -= 0.2  # a head that sits lower all run long (heads differ) ...
+    ref["attn.D2.entropy2"][:, 0, 3] -= 0.2  # ... like one of the reference's
+    assert detect.detect(tl(perm), reference=tl(ref)) == []
+    bad = {k: v.copy() for k, v in perm.items()}
+    bad["attn.D2.entropy2"][12:, 1, 1] = 0.05
+    al = detect.detect(tl(bad), reference=tl(ref))
+    assert al and al[0].first_step == STEPS[12] and (al[0].layer, al[0].head) == (1, 1)
