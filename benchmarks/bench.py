@@ -13,6 +13,8 @@ side by side, on a warm page cache:
 2. ckptscan's weight-side analysis (``ckptscan.analyze``) of the same checkpoints;
 3. the naive reference: form M_j and D2 (d x d, float64) and take their full SVD, on a sample of
    heads, extrapolated to all heads and layers;
+   and a compute bound: the float64 matrix-product flops the low-rank route needs at this machine's
+   measured GEMM rate, plus its measured eigensolve time (``compute_bound``);
 4. peak RSS of a fresh process running the analysis, against the number of checkpoints.
 
 Prints ratios, not only seconds, and writes a JSON result with --json.
@@ -122,6 +124,47 @@ def naive(run: Path, heads: int = 2) -> float:
     return (time.perf_counter() - t) / heads
 
 
+def _best(fn, n: int = 3) -> float:
+    fn()
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def compute_bound(geometry: str, n_ckpt: int, device: str) -> dict:
+    """A lower bound on the weight-side analysis from this machine's own speed on the same shapes.
+
+    Counts the float64 matrix-product flops the low-rank route cannot avoid (Gram and cross blocks
+    over d, the 2h x 2h / h x h core products), divides by the measured float64 batched-GEMM rate on
+    the [H, h, d] blocks, and adds the measured time of the eigensolves (``batched_eigvalsh``, as the
+    analysis runs them).  Reading, conversion, finiteness checks and Python are not counted."""
+    from ckptscan.linalg import batched_eigvalsh
+
+    L, d, H, G, h = GEOMETRIES[geometry]
+    dev = torch.device(device)
+    x64 = torch.randn(H, h, d, dtype=torch.float64, device=dev)
+    x32 = x64.float()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    gemm_flop = 2 * H * h * h * d
+    rate64 = gemm_flop / _best(lambda: (x64 @ x64.mT, sync()))
+    rate32 = gemm_flop / _best(lambda: (x32 @ x32.mT, sync()))
+    pairs = n_ckpt - 1
+    products = L * (2 * (H + G) * h * h * d  # G(W) of the first checkpoint (later ones are carried)
+                    + pairs * 4 * (H + G) * h * h * d)  # G(dW) and C = dW W^T, queries and keys
+    cores = L * (pairs * H * 2 * 2 * (2 * h) ** 3 + n_ckpt * H * 2 * 2 * h ** 3)  # F^T G F
+    a = torch.randn(H, 2 * h, 2 * h, dtype=torch.float64, device=dev)
+    a = a @ a.mT
+    b = a[:, :h, :h].contiguous()
+    eig = L * (pairs * _best(lambda: (batched_eigvalsh(a), sync())) + n_ckpt * _best(lambda: (batched_eigvalsh(b), sync())))
+    bound = (products + cores) / rate64 + eig
+    return {"gemm_f64_gflops": round(rate64 / 1e9, 1), "gemm_f32_gflops": round(rate32 / 1e9, 1),
+            "matmul_gflop": round((products + cores) / 1e9, 2), "eigensolve_s": round(eig, 4),
+            "compute_bound_s": round(bound, 4)}
+
+
 # VmHWM, not ru_maxrss: on Linux ru_maxrss survives exec, so a child would report the forking
 # benchmark's own peak (it holds the synthetic weights it wrote).
 PEAK_SNIPPET = """
@@ -161,6 +204,7 @@ def main() -> None:
         floor = min(io_floor(run) for _ in range(args.repeat))
         ana = min(analysis(run, out, args.device) for _ in range(args.repeat))
         per_head = naive(run, args.naive_heads)
+        bound = compute_bound(args.geometry, args.checkpoints, args.device)
         naive_total = per_head * H * L * (args.checkpoints - 1) + per_head / 2 * H * L  # D2 per pair, M per ckpt
         result = {
             "geometry": args.geometry, "layers": L, "hidden": d, "heads": H, "kv_heads": G, "head_dim": h,
@@ -170,6 +214,8 @@ def main() -> None:
             "analysis_over_floor": round(ana / floor, 2),
             "naive_per_head_s": round(per_head, 4), "naive_extrapolated_s": round(naive_total, 1),
             "speedup_over_naive": round(naive_total / ana, 1),
+            **bound, "compute_bound_over_floor": round(bound["compute_bound_s"] / floor, 2),
+            "analysis_over_compute_bound": round(ana / bound["compute_bound_s"], 2),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(),
         }

@@ -32,7 +32,7 @@ from ckptscan.errors import CkptscanError, InputError, LayoutError, ReplayError
 from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
 from ckptscan.monitors import attention, router
-from ckptscan.monitors.attention import Grams
+from ckptscan.monitors.attention import Grams, Workspace
 from ckptscan.monitors.numerics import nonfinite_count
 from ckptscan.readers import open_checkpoint
 from ckptscan.replay import find_replay
@@ -147,6 +147,7 @@ class Analyzer:
         self.parts_dir = out_dir / "parts"
         self.opt = options
         self.device = torch.device(options.device)
+        self.workspace = Workspace()  # float64 copies of one block, reused block after block
         self.prev: _Prev | None = None
         self.replay_prev: ReplayState | None = None
         self.reference_ids: np.ndarray | None = None
@@ -280,11 +281,11 @@ class Analyzer:
             kv = b.kv_index()
             if before is not None and before[0].shape == wq.shape and before[1].shape == wk.shape and _finite(*before):
                 wq0, wk0 = before
-                pair, g = attention.pair_monitors(wq0, wk0, wq, wk, kv, carried.get((b.layer, b.name)))
+                pair, g = attention.pair_monitors(wq0, wk0, wq, wk, kv, carried.get((b.layer, b.name)), self.workspace)
                 for k, v in pair.items():
                     put(f"{b.name}.{k}", b.layer, v, width)
             else:
-                g = Grams.of(wq, wk)
+                g = Grams.of(wq, wk, self.workspace)
             for k, v in attention.single_monitors(g, kv).items():
                 put(f"{b.name}.{k}", b.layer, v, width)
             grams[(b.layer, b.name)] = g

@@ -155,3 +155,39 @@ def test_nonfinite_count_exact():
     assert nonfinite_count(t, None, torch.ones(3)) == 3
     big = torch.full((10,), 3e38, dtype=torch.bfloat16)  # finite, but a float32 sum would overflow
     assert nonfinite_count(big.float()) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_workspace_path_equals_plain_path_and_leaves_inputs_alone(dtype):
+    """The pipeline's reused float64 buffers give the same monitors as fresh copies, across calls
+    with different shapes, and never write into the caller's tensors."""
+    ws = attention.Workspace()
+    for shape in [(4, 2, 8, 48), (6, 6, 4, 20), (4, 2, 8, 48)]:
+        H, G, h, d = shape
+        ws_in = _weights(H, G, h, d, dtype, seed=d)
+        keep = [t.clone() for t in ws_in]
+        kv = torch.arange(H) // (H // G)
+        plain, g_plain = attention.pair_monitors(*ws_in, kv)
+        got, g_ws = attention.pair_monitors(*ws_in, kv, None, ws)
+        for a, b in zip(ws_in, keep):
+            assert torch.equal(a, b)
+        for k in plain:
+            np.testing.assert_allclose(got[k].numpy(), plain[k].numpy(), rtol=1e-12, err_msg=k)
+        np.testing.assert_allclose(g_ws.q.numpy(), g_plain.q.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(attention.Grams.of(ws_in[0], ws_in[1], ws).k.numpy(),
+                                   attention.Grams.of(ws_in[0], ws_in[1]).k.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [(1,), (5,), (3, 7)])
+def test_batched_eigvalsh_matches_torch_and_restores_threads(batch):
+    from ckptscan.linalg import batched_eigvalsh
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(*batch, 40, 40, generator=g, dtype=torch.float64)
+    a = a @ a.mT
+    before = torch.get_num_threads()
+    got = batched_eigvalsh(a)
+    assert torch.get_num_threads() == before
+    ref = torch.linalg.eigvalsh(a)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12 * ref.abs().max().item())
