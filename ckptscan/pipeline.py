@@ -39,7 +39,7 @@ from ckptscan.replay import find_replay
 from ckptscan.timeline import load_part, save_part
 
 # Bump when a monitor's definition changes: old part files are then recomputed.
-ANALYSIS_VERSION = 2  # 2: float64 Gram products
+ANALYSIS_VERSION = 3  # 2: float64 Gram products; 3: increments subtracted in float64 (float32-stored weights)
 
 
 @dataclass
