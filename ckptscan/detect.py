@@ -17,12 +17,17 @@ Self-referenced baseline (no healthy run given), per series:
   fast-moving spectra); scale s_t = max(floor, 1.4826 * MAD of that window); one-sided score
   z_t = (x_t - b_t) / s_t (sign by direction).  A value with z_t > ``z_accept`` (2, below the alarm
   threshold ``z`` = 3) is *not* accepted into later baselines, so an ongoing fault, even a slow
-  one, never becomes the new normal.  An alarm needs ``persist``
-  consecutive exceeding checkpoints; its step is the first of them.
+  one, never becomes the new normal.  An alarm needs ``persist`` consecutive exceeding
+  checkpoints (the *trigger*; ``Alarm.index``, what the classifier orders alarms by).  Its step
+  (``first_step``) is the start of the stretch of consecutive scores above ``z_accept`` that leads
+  into the trigger (``extend``): the drift the baseline had already refused to absorb.  The
+  trigger, and so every decision, is unchanged by this dating.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
-step-to-step spread, whichever is larger.  Same persistence rule.
+step-to-step spread, whichever is larger.  Same persistence rule, no dating extension.  Per-head
+series are matched to reference heads by their early level, not by slot
+(``_reference_columns``).
 
 Head-scope series whose fault acts on every head at once (update ratios) are reduced to one
 series per layer first (median over heads): it is the whole layer that moves, and the median is
@@ -71,7 +76,8 @@ class Params:
     window: int = 8  # lagged baseline window (checkpoints)
     warmup_skip: int = 1  # first defined values of a series never enter a baseline
     min_history: int = 1  # accepted baseline values needed before a series is scored
-    z_extend: float | None = 2.0  # an alarm extends back over the adjacent checkpoints scoring above this
+    extend: bool = True  # date an alarm from the stretch of scores > z_accept leading into it
+    match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
 
 
 @dataclass
@@ -80,8 +86,8 @@ class Alarm:
     block: str  # timeline series name (e.g. "attn.D2.entropy2", "attn_rope.D2.entropy2")
     layer: int
     head: int | None  # None: layer aggregate
-    first_step: int  # first checkpoint of the sustained exceedance
-    index: int  # its index in the timeline
+    first_step: int  # first checkpoint of the alarm (start of the non-normal stretch leading into the trigger)
+    index: int  # timeline index of the trigger's first checkpoint (what the classifier orders by)
     score: float  # largest score over the sustained run
     role: str
     direction: str
@@ -203,7 +209,8 @@ def first_sustained(exceed: np.ndarray, persist: int) -> int | None:
 
 
 def extend_back(z: np.ndarray, i: int, z_extend: float) -> int:
-    """First index of the stretch of consecutive scores above ``z_extend`` that ends at ``i``."""
+    """First index of the stretch of consecutive scores above ``z_extend`` that ends at ``i``
+    (``i`` itself when the score before it is not above, or undefined)."""
     while i > 0 and np.isfinite(z[i - 1]) and z[i - 1] > z_extend:
         i -= 1
     return i
@@ -246,33 +253,45 @@ def _columns(arr: np.ndarray, det: Detector) -> list[tuple[int, int | None, np.n
     return cols
 
 
-def _reference_columns(arr: np.ndarray, ref_arr: np.ndarray, det: Detector) -> dict:
+def _reference_columns(arr: np.ndarray, ref_arr: np.ndarray, det: Detector, p: Params = Params()) -> dict:
     """(layer, head or None) -> the transformed reference series that ``arr``'s column is scored against.
 
-    Head indices carry no meaning across runs (any permutation of a layer's heads is the same
-    model, and two seeds put different heads in each slot), so a per-head series is compared by
-    *rank*: at each step, the head that is the k-th lowest of its layer in this run is compared
-    with the k-th lowest head of the same layer in the reference.  A run that merely permutes its
-    heads matches exactly; a collapsing head falls below the reference's lowest one.  Layer
-    aggregates (medians over heads) compare layer with layer."""
+    Head slots carry no meaning across runs (any permutation of a layer's heads is the same model,
+    and two seeds put different heads in each slot), so each head of this run is matched, once for
+    the whole run, with the reference head of the same *rank* by early level: both runs' heads are
+    ordered by their median over the first ``match_window`` defined values after warm-up, and the
+    k-th of this run is scored against the k-th of the reference, step by step.  A run that merely
+    permutes its heads matches exactly; a head that collapses later keeps its partner (ranking per
+    step would hand every head below it a new, higher partner and blame them instead).  Layer
+    aggregates (medians over heads) and single-head layers compare layer with layer."""
     out = {}
-    if not det.per_head:
+    n_k = arr.shape[2]
+    if not det.per_head or n_k == 1:
         for layer, head, col in _columns(ref_arr, det):
             out[(layer, head)] = _transform(col, det)
         return out
-    n_k = arr.shape[2]
     if ref_arr.shape[2] != n_k:
-        return out
+        return out  # no matching possible: those columns fall back to the self-referenced baseline
     for layer in range(min(arr.shape[1], ref_arr.shape[1])):
         a = np.stack([_transform(arr[:, layer, h], det) for h in range(n_k)], axis=1)
         r = np.stack([_transform(ref_arr[:, layer, h], det) for h in range(n_k)], axis=1)
-        if not np.isfinite(r).any():
+        if not np.isfinite(r).any() or not np.isfinite(a).any():
             continue
-        rank = np.argsort(np.argsort(np.where(np.isfinite(a), a, np.inf), axis=1, kind="stable"), axis=1)
-        r_sorted = np.sort(np.where(np.isfinite(r), r, np.inf), axis=1)
-        r_sorted[~np.isfinite(r_sorted)] = np.nan
-        for h in range(n_k):
-            out[(layer, h)] = np.take_along_axis(r_sorted, rank[:, h:h + 1], axis=1)[:, 0]
+        order_a = np.argsort(_early_level(a, p), kind="stable")
+        order_r = np.argsort(_early_level(r, p), kind="stable")
+        for k in range(n_k):
+            out[(layer, int(order_a[k]))] = r[:, order_r[k]]
+    return out
+
+
+def _early_level(x: np.ndarray, p: Params) -> np.ndarray:
+    """Per column: the median of its first ``match_window`` defined values after ``warmup_skip``
+    (+inf for a column with none, so it sorts last)."""
+    out = np.full(x.shape[1], np.inf)
+    for h in range(x.shape[1]):
+        v = x[np.isfinite(x[:, h]), h][p.warmup_skip:p.warmup_skip + p.match_window]
+        if len(v):
+            out[h] = float(np.median(v))
     return out
 
 
@@ -306,7 +325,7 @@ def detect(timeline, params: Params = Params(), reference=None,
         for name in _series_for(timeline, det):
             arr = timeline.get(name)
             ref_arr = _align(reference, steps, name)
-            ref_cols = _reference_columns(arr, ref_arr, det) if ref_arr is not None else {}
+            ref_cols = _reference_columns(arr, ref_arr, det, params) if ref_arr is not None else {}
             for layer, head, col in _columns(arr, det):
                 x = _transform(col, det)
                 ref = ref_cols.get((layer, head))
@@ -320,11 +339,10 @@ def detect(timeline, params: Params = Params(), reference=None,
                     continue
                 confirmed = int(steps[i + params.persist - 1])
                 j = i
-                if self_ref and params.z_extend is not None:
-                    i = extend_back(sc.z, i, params.z_extend)
                 while j < len(sc.exceed) and sc.exceed[j]:
                     j += 1
-                alarms.append(Alarm(det.monitor, name, layer, head, int(steps[i]), i,
+                start = extend_back(sc.z, i, params.z_accept) if (self_ref and params.extend) else i
+                alarms.append(Alarm(det.monitor, name, layer, head, int(steps[start]), i,
                                     float(np.nanmax(sc.z[i:j])), det.role, direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
     return alarms

@@ -24,8 +24,6 @@ r * eps of the largest are round-off and clamped to 0.
 from __future__ import annotations
 
 import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -123,7 +121,7 @@ def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype: torch.dt
         f = f.clone()
         f[bad] = psd_sqrt_factor(ga[bad])
     core = f.mT @ gb.to(core_dtype) @ f
-    ev = batched_eigvalsh(0.5 * (core + core.mT)).flip(-1)
+    ev = torch.linalg.eigvalsh(0.5 * (core + core.mT)).flip(-1)
     return _clamp_floor(ev.double(), in_dtype)
 
 
@@ -131,36 +129,3 @@ def gram(x: torch.Tensor) -> torch.Tensor:
     """x @ x^T over the last dimension (batched): the r x r Gram of r row vectors."""
     return x @ x.mT
 
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def batched_eigvalsh(x: torch.Tensor) -> torch.Tensor:
-    """``torch.linalg.eigvalsh`` over a batch, split across the CPU's intra-op threads.
-
-    On the CPU, LAPACK's symmetric eigensolver runs one small matrix at a time on one core
-    (measured: a batch of 32 128 x 128 cores takes the same time with 1 and 2 threads), so a
-    batch is split into ``torch.get_num_threads()`` chunks solved side by side (torch releases the
-    GIL), each with one intra-op thread.  Measured on the benchmark machine (2 cores): 32 cores of
-    128 x 128, 35 ms -> 17 ms.  Results agree with the unsplit call to ~1e-15 relative (LAPACK's
-    blocking depends on the thread count).  On CUDA the batched solver is used as is."""
-    n = torch.get_num_threads()
-    batch = x.shape[:-2].numel()
-    if x.device.type != "cpu" or n < 2 or batch < 2 or x.shape[-1] < 32:
-        return torch.linalg.eigvalsh(x)
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers != n:
-            _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ckptscan-eig")
-        pool = _POOL
-    flat = x.reshape(batch, *x.shape[-2:])
-    chunks = flat.chunk(min(n, batch))
-    # one intra-op thread per solver while they run side by side (LAPACK's blocked steps would
-    # otherwise each spread over all cores and fight); the setting is process-wide, so restore it
-    torch.set_num_threads(1)
-    try:
-        parts = list(pool.map(torch.linalg.eigvalsh, chunks))
-    finally:
-        torch.set_num_threads(n)
-    return torch.cat(parts).reshape(*x.shape[:-1])

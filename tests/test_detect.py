@@ -188,7 +188,7 @@ def test_alarm_extends_back_over_the_drift_that_led_into_it():
     col[10:] = 0.1  # z = 7: the sustained alarm
     al = [a for a in detect.detect(tl(s)) if (a.layer, a.head) == (1, 2)]
     assert al and al[0].first_step == STEPS[8] and al[0].confirmed_step == STEPS[12]
-    no_ext = [a for a in detect.detect(tl(s), detect.Params(z_extend=None)) if (a.layer, a.head) == (1, 2)]
+    no_ext = [a for a in detect.detect(tl(s), detect.Params(extend=False)) if (a.layer, a.head) == (1, 2)]
     assert no_ext[0].first_step == STEPS[10]
     # drift alone: nothing
     s2 = healthy(3)
@@ -206,6 +206,24 @@ def test_extend_back_stops_at_undefined_and_normal_scores():
     assert detect.extend_back(z, 5, 2.0) == 3
     z = np.array([np.nan, 2.5, 2.5, 5.0])
     assert detect.extend_back(z, 3, 2.0) == 1
+
+
+def test_reference_run_blames_only_the_collapsing_head():
+    """Heads at different levels (0.3 .. 0.9); the top one collapses to 0.4 (still above two
+    healthy heads): exactly that head alarms, in a run whose slots are permuted vs the reference."""
+    ref = healthy(11)
+    levels = np.array([0.3, 0.5, 0.7, 0.9])
+    ref["attn.D2.entropy2"][1:] += levels - 0.45
+    run = {k: v.copy() for k, v in ref.items()}
+    perm = [2, 0, 3, 1]
+    run["attn.D2.entropy2"] = run["attn.D2.entropy2"][:, :, perm]  # slot s holds ref head perm[s]
+    top = perm.index(3)
+    run["attn.D2.entropy2"][12:, 1, top] = 0.4
+    al = detect.detect(tl(run), reference=tl(ref))
+    assert [(a.layer, a.head, a.first_step) for a in al] == [(1, top, STEPS[12])]
+    run["attn.D2.entropy2"][12:, 1, top] = 0.05  # far below every head: still only that one
+    al = detect.detect(tl(run), reference=tl(ref))
+    assert [(a.layer, a.head) for a in al] == [(1, top)]
 
 
 def test_reference_run_with_permuted_heads_is_not_a_fault():
