@@ -91,8 +91,9 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps) ->
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
-    # the first trigger decides; its date is the earliest start among the alarms triggering with it
-    earliest = min(a.first_step for a in alarms if a.index == first.index)
+    # the first trigger decides the class; the run has been off since the earliest start of any
+    # alarm's excursion (an alarm's start reaches back over the drift that led into its trigger)
+    earliest = min(a.first_step for a in alarms)
     out = {"anomalous": True, "earliest_step": int(earliest),
            "confirmed_step": confirmed, "fault_type": fault,
            "confidence": round(min(1.0, conf), 3), "evidence": evidence, "reason": reason,
