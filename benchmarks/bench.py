@@ -173,9 +173,10 @@ print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(
 """
 
 
-def peak_rss_mb(run: Path, out: Path, device: str) -> float:
+def peak_rss_mb(run: Path, out: Path, device: str, env: dict | None = None) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    r = subprocess.run([sys.executable, "-c", PEAK_SNIPPET, str(run), str(out), device], capture_output=True, text=True, check=True)
+    r = subprocess.run([sys.executable, "-c", PEAK_SNIPPET, str(run), str(out), device], capture_output=True, text=True,
+                       check=True, env={**os.environ, **(env or {})})
     return int(r.stdout.strip().splitlines()[-1]) / 1024
 
 
@@ -189,6 +190,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=None, help="where to write the synthetic checkpoints")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--peak-env", default="", metavar="K=V[,K=V]",
+                    help="environment for the peak-RSS processes, e.g. MALLOC_ARENA_MAX=1,MALLOC_TRIM_THRESHOLD_=0")
     ap.add_argument("--replay", default="", metavar="BxT",
                     help="also time the activation side with a replay batch, e.g. 8x512 (written in bf16)")
     args = ap.parse_args()
@@ -227,12 +230,15 @@ def main() -> None:
                            "activation_side_per_checkpoint_s": round((with_replay - weights_only) / args.checkpoints, 3)})
             shutil.rmtree(rrun)
         if args.memory:
+            peak_env = dict(kv.split("=", 1) for kv in args.peak_env.split(",") if kv)
             sweep = {}
             for n in (int(x) for x in args.memory.split(",")):
                 mrun = write_run(scratch / f"mem{n}", args.geometry, n)
-                sweep[n] = round(peak_rss_mb(mrun, scratch / f"memout{n}", args.device), 1)
+                sweep[n] = round(peak_rss_mb(mrun, scratch / f"memout{n}", args.device, peak_env), 1)
                 shutil.rmtree(mrun)
             result["peak_rss_mb_by_checkpoints"] = sweep
+            if peak_env:
+                result["peak_env"] = peak_env
         print(json.dumps(result, indent=2))
         if args.json:
             args.json.write_text(json.dumps(result, indent=2))

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from ckptscan import __version__
+from ckptscan._alloc import bound_heap_growth
 from ckptscan.errors import CkptscanError
 
 EXIT_INTERNAL = 4
@@ -63,6 +64,7 @@ def main():
     spectral entropies, update ratios, MoE router statistics), and reports the earliest anomalous
     step, the fault class and the lead time over the loss curve.
     """
+    bound_heap_growth()  # the CLI owns the process: keep peak memory flat over many checkpoints
 
 
 def _common_analysis_options(fn):

@@ -252,3 +252,27 @@ def test_fixture_weights_match_reference(tmp_path):
         ref = attention_reference(*heads(sds[0]), *heads(sds[1]))
         for name, r in ref.items():
             np.testing.assert_allclose(res.timeline.get(f"attn.{name}")[2, layer, :], r, rtol=1e-4, err_msg=name)
+
+
+def test_cli_bounds_heap_growth_unless_the_user_chose(monkeypatch):
+    """The CLI's allocator settings (ckptscan/_alloc.py) apply on glibc Linux, and never when the
+    user set MALLOC_* themselves or opted out."""
+    import os
+    import platform
+    import sys
+
+    import pytest
+
+    from ckptscan._alloc import bound_heap_growth
+
+    for k in [k for k in os.environ if k.startswith("MALLOC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert bound_heap_growth() is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    monkeypatch.setenv("CKPTSCAN_KEEP_MALLOC", "1")
+    assert bound_heap_growth() is False
+    monkeypatch.delenv("CKPTSCAN_KEEP_MALLOC")
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc-only setting")
+    assert bound_heap_growth() is True

@@ -17,7 +17,8 @@ block with an update block ~1e6 times smaller, and a Gram squares a spectrum's d
 float32 *products* with float64 cores move it by 7e-6 on the drills but by 5e-4 on the rank-one
 update (the low-precision signature: many tiny singular values that float32 accumulation over d
 inflates).  So both stay float64.  dW is formed by subtracting the stored values in float64
-(exact), so no block is ever recovered by cancellation.  The Grams of a checkpoint's own weights
+(exact for bf16-stored weights, and for float32 values within 29 binades of each other), so no
+block is ever recovered by cancellation.  The Grams of a checkpoint's own weights
 are carried to the next pair (see ``pair_monitors``).
 """
 
@@ -95,7 +96,7 @@ def pair_monitors(
     """
     if g0 is None:
         g0 = Grams.of(wq0, wk0, ws)
-    # differences of the stored values, taken in float64 (exact for float32 or bf16 inputs), products
+    # differences of the stored values, taken in float64 (see the module docstring), products
     # in float64
     q0, k0 = _f64(wq0, ws, "q"), _f64(wk0, ws, "k")
     if ws is not None:  # into the reused buffers, same-dtype in place (mixed-dtype sub_ is slow)
