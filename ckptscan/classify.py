@@ -38,7 +38,8 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps) ->
         return {"anomalous": False, "earliest_step": None, "confirmed_step": None, "fault_type": "healthy", "confidence": 0.9,
                 "evidence": [], "reason": "no sustained alarm on any monitor, no NaN/Inf in weights"}
 
-    evidence = [a.as_dict() for a in alarms[:20]]
+    # shown in the order the excursions began (the decision below follows the triggers)
+    evidence = [a.as_dict() for a in sorted(alarms, key=lambda a: (a.first_step, a.index, -a.score))[:20]]
     if not alarms or (first_over is not None and first_over["step"] < alarms[0].first_step):
         return {"anomalous": True, "earliest_step": int(first_over["step"]),
                 "confirmed_step": int(first_over["step"]), "fault_type": "overflow",
