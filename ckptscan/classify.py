@@ -40,7 +40,10 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps) ->
 
     # shown in the order the excursions began (the decision below follows the triggers)
     evidence = [a.as_dict() for a in sorted(alarms, key=lambda a: (a.first_step, a.index, -a.score))[:20]]
-    if not alarms or (first_over is not None and first_over["step"] < alarms[0].first_step):
+    # the run has been off since the earliest start of any alarm's excursion (an alarm's start
+    # reaches back over the drift that led into its trigger); the first trigger decides the class
+    earliest = min((a.first_step for a in alarms), default=None)
+    if not alarms or (first_over is not None and first_over["step"] < earliest):
         return {"anomalous": True, "earliest_step": int(first_over["step"]),
                 "confirmed_step": int(first_over["step"]), "fault_type": "overflow",
                 "confidence": 1.0, "evidence": evidence, "overflow": _overflow(first_over),
@@ -92,9 +95,6 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps) ->
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
-    # the first trigger decides the class; the run has been off since the earliest start of any
-    # alarm's excursion (an alarm's start reaches back over the drift that led into its trigger)
-    earliest = min(a.first_step for a in alarms)
     out = {"anomalous": True, "earliest_step": int(earliest),
            "confirmed_step": confirmed, "fault_type": fault,
            "confidence": round(min(1.0, conf), 3), "evidence": evidence, "reason": reason,

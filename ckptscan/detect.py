@@ -169,7 +169,7 @@ def score_reference(x: np.ndarray, ref: np.ndarray, det: Detector, direction: st
                     p: Params = Params()) -> SeriesScore:
     """Scores against a healthy run's series ``ref`` at the same steps (both transformed).
 
-    Per-head series arrive rank-matched (``_reference_columns``)."""
+    Per-head series arrive paired with their reference head (``_reference_columns``)."""
     n = len(x)
     z = np.full(n, np.nan)
     exceed = np.zeros(n, dtype=bool)

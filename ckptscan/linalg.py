@@ -128,4 +128,3 @@ def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype: torch.dt
 def gram(x: torch.Tensor) -> torch.Tensor:
     """x @ x^T over the last dimension (batched): the r x r Gram of r row vectors."""
     return x @ x.mT
-
