@@ -7,9 +7,16 @@ Each *detector* below watches one timeline series and knows how healthy training
   a deviation is a departure from that level.
 * ``rate`` series (update-to-weight ratios, ||D3||/||D2||, logit growth) trend in healthy training
   (they shrink as the LR decays and the weights grow), so the quantity scored is the
-  checkpoint-to-checkpoint change of their log, and the reference for an "up" series is
-  "no growth" or the run's own recent growth, whichever is larger: a trend reversal that keeps
-  growing is the anomaly, not the trend.
+  checkpoint-to-checkpoint change of their log.  The reference for an "up" series is "no growth"
+  or the run's own recent growth, whichever is larger (``reference="flat"``): a trend reversal
+  that keeps growing is the anomaly, not the trend.  Update ratios (``reference="trend"``) are
+  measured against the run's own recent change instead, but only where they actually grow (by
+  more than the floor, 5 % per checkpoint): under Adam the update size follows the LR schedule, so
+  a healthy update ratio shrinks checkpoint after checkpoint, and one that grows while its trend
+  was shrinking by 20 % per checkpoint has broken the schedule by more than its growth alone says.
+  A value that does not grow by more than the floor is never abnormal for them (capped at
+  ``z_accept``) and enters the baseline, so the trend follows a schedule that flattens (a cosine
+  reaching its floor, a constant LR) instead of staying at its old slope.
 
 Self-referenced baseline (no healthy run given), per series:
   reference b_t = median of the *accepted* values in a lagged window of the last ``window``
@@ -52,6 +59,7 @@ class Detector:
     per_head: bool  # False: median over heads first
     floor: float  # minimum scale (units of x, or of log x per checkpoint)
     role: str  # what the classifier reads it as: "structure" | "step_size" | "second_order" | "logits"
+    reference: str = "flat"  # rate, "up": "flat" (max(0, recent change)) | "trend" (recent change, growth only)
 
 
 # Floors: a normalised entropy moving by 3 * 0.05 = 0.15 (of a [0, 1] range), or a log quantity
@@ -60,9 +68,9 @@ class Detector:
 DETECTORS: tuple[Detector, ...] = (
     Detector("attn.D2.entropy2", "level", False, True, 0.05, "structure"),
     Detector("attn.D2.entropy1", "level", False, True, 0.05, "structure"),
-    Detector("attn.q.update_ratio", "rate", True, False, 0.05, "step_size"),
-    Detector("attn.k.update_ratio", "rate", True, False, 0.05, "step_size"),
-    Detector("router.update_ratio", "rate", True, False, 0.05, "step_size"),
+    Detector("attn.q.update_ratio", "rate", True, False, 0.05, "step_size", "trend"),
+    Detector("attn.k.update_ratio", "rate", True, False, 0.05, "step_size", "trend"),
+    Detector("router.update_ratio", "rate", True, False, 0.05, "step_size", "trend"),
     Detector("attn.D3_over_D2", "rate", True, False, 0.05, "second_order"),
     Detector("attn.M.spectral_norm", "rate", True, False, 0.05, "logits"),
 )
@@ -135,6 +143,7 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
     exceed = np.zeros(n, dtype=bool)
     accepted: list[tuple[int, float]] = []
     seen = 0
+    trend = det.mode == "rate" and det.reference == "trend" and direction == "up"
     for t in range(n):
         v = x[t]
         if not np.isfinite(v):
@@ -146,7 +155,7 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
         if len(hist) >= p.min_history:
             h = np.asarray(hist) if hist else np.zeros(1)
             b = float(np.median(h))
-            if det.mode == "rate":
+            if det.mode == "rate" and not trend:
                 # reference: no change, or the run's own recent change if that is further along
                 # the anomalous direction (healthy growth is not a fault)
                 b = max(b, 0.0) if direction != "down" else min(b, 0.0)
@@ -157,6 +166,10 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
                 zz = abs(dev)
             else:
                 zz = _sign(direction) * dev
+            if trend and v <= det.floor:
+                # not growing by more than the noise floor: off its trend perhaps (a schedule that
+                # flattens), but not too large -- never abnormal, and it enters the baseline
+                zz = min(zz, p.z_accept)
             z[t] = zz
             exceed[t] = zz > p.z
             if zz > p.z_accept:

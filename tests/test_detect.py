@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -241,3 +242,44 @@ def test_reference_run_with_permuted_heads_is_not_a_fault():
     bad["attn.D2.entropy2"][12:, 1, 1] = 0.05
     al = detect.detect(tl(bad), reference=tl(ref))
     assert al and al[0].first_step == STEPS[12] and (al[0].layer, al[0].head) == (1, 1)
+
+
+def _update_ratio_run(seed, n, dlog, noise=0.05):
+    """Update ratios whose log changes by ``dlog[t]`` per checkpoint (plus level noise), warm-up first."""
+    rng = np.random.default_rng(seed)
+    level = np.concatenate([[0.0], np.cumsum(dlog[1:])])[:, None, None]
+    ratio = 0.8 * np.exp(level + noise * rng.standard_normal((n, L, H)))
+    ratio[1] *= 3.0  # warm-up: huge first update
+    s = {"attn.q.update_ratio": ratio, "attn.k.update_ratio": ratio.copy()}
+    for v in s.values():
+        v[0] = np.nan
+    return s
+
+
+def test_update_ratio_growth_is_measured_against_its_shrinking_trend():
+    """Weak LR growth: the update ratio shrank 20 % per checkpoint and now grows 10 % per checkpoint.
+    Against "no growth" that is z ~2 (missed); against its own trend it is a clear break."""
+    n = 16
+    dlog = np.full(n, -0.2)
+    dlog[8:] = 0.1
+    found = []
+    for seed in range(10):
+        s = _update_ratio_run(seed, n, dlog)
+        al = detect.detect(tl(s))
+        assert al, seed
+        found.append(min(a.first_step for a in al))
+        flat = tuple(dataclasses.replace(d, reference="flat") for d in detect.DETECTORS)
+        assert detect.detect(tl(s), detectors=flat) == [], seed  # the old reference misses it
+    assert all(STEPS[8] <= f <= STEPS[9] for f in found), found
+
+
+def test_update_ratio_that_stops_shrinking_is_not_an_alarm():
+    """A schedule that flattens (cosine reaching its floor, then constant): the update ratio stops
+    shrinking and wanders around a level.  Values that do not grow enter the baseline, so the trend
+    follows; noise alone never makes three growing checkpoints that break it."""
+    n = 40
+    dlog = np.full(n, -0.2)
+    dlog[8:] = 0.0
+    steps = np.arange(1, n + 1) * 100
+    for seed in range(50):
+        assert detect.detect(Timeline.from_arrays(steps, _update_ratio_run(seed, n, dlog))) == [], seed
