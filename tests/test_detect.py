@@ -283,3 +283,15 @@ def test_update_ratio_that_stops_shrinking_is_not_an_alarm():
     steps = np.arange(1, n + 1) * 100
     for seed in range(50):
         assert detect.detect(Timeline.from_arrays(steps, _update_ratio_run(seed, n, dlog))) == [], seed
+
+
+def test_long_linear_warmup_then_cosine_is_not_an_alarm():
+    """Update ratios that rise for 10 checkpoints (a linear LR warm-up: lr ~ t) and then follow a
+    cosine decay: growth that slows down is the run's own trend, never a break of it."""
+    n = 40
+    t = np.arange(1, n + 1, dtype=float)
+    lr = np.where(t <= 10, t / 10, 0.5 * (1 + np.cos(np.pi * (t - 10) / (n - 10))) * 0.9 + 0.1)
+    dlog = np.concatenate([[0.0], np.diff(np.log(lr))])
+    steps = np.arange(1, n + 1) * 100
+    for seed in range(30):
+        assert detect.detect(Timeline.from_arrays(steps, _update_ratio_run(seed, n, dlog))) == [], seed
