@@ -14,8 +14,8 @@ Each *detector* below watches one timeline series and knows how healthy training
   more than the floor, 5 % per checkpoint): under Adam the update size follows the LR schedule, so
   a healthy update ratio shrinks checkpoint after checkpoint, and one that grows while its trend
   was shrinking by 20 % per checkpoint has broken the schedule by more than its growth alone says.
-  A value that does not grow by more than the floor is never abnormal for them (capped at
-  ``z_accept``) and enters the baseline, so the trend follows a schedule that flattens (a cosine
+  A value that does not grow by more than the floor is never abnormal for them (it scores at
+  most 0) and enters the baseline, so the trend follows a schedule that flattens (a cosine
   reaching its floor, a constant LR) instead of staying at its old slope.
 
 Self-referenced baseline (no healthy run given), per series:
@@ -169,7 +169,7 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
             if trend and v <= det.floor:
                 # not growing by more than the noise floor: off its trend perhaps (a schedule that
                 # flattens), but not too large -- never abnormal, and it enters the baseline
-                zz = min(zz, p.z_accept)
+                zz = min(zz, 0.0)
             z[t] = zz
             exceed[t] = zz > p.z
             if zz > p.z_accept:
@@ -322,6 +322,19 @@ def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
     return out
 
 
+def _scored_columns(timeline, det: Detector, name: str, direction: str, params: Params, reference=None):
+    """(layer, head or None, SeriesScore, self-referenced?) for each column of series ``name``."""
+    arr = timeline.get(name)
+    ref_arr = _align(reference, np.asarray(timeline.steps), name)
+    ref_cols = _reference_columns(arr, ref_arr, det, params) if ref_arr is not None else {}
+    for layer, head, col in _columns(arr, det):
+        x = _transform(col, det)
+        ref = ref_cols.get((layer, head))
+        self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
+        sc = score_self(x, det, direction, params) if self_ref else score_reference(x, ref, det, direction, params)
+        yield layer, head, sc, self_ref
+
+
 def detect(timeline, params: Params = Params(), reference=None,
            detectors: tuple[Detector, ...] = DETECTORS) -> list[Alarm]:
     """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
@@ -336,17 +349,7 @@ def detect(timeline, params: Params = Params(), reference=None,
         except KeyError:
             continue
         for name in _series_for(timeline, det):
-            arr = timeline.get(name)
-            ref_arr = _align(reference, steps, name)
-            ref_cols = _reference_columns(arr, ref_arr, det, params) if ref_arr is not None else {}
-            for layer, head, col in _columns(arr, det):
-                x = _transform(col, det)
-                ref = ref_cols.get((layer, head))
-                self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
-                if self_ref:
-                    sc = score_self(x, det, direction, params)
-                else:
-                    sc = score_reference(x, ref, det, direction, params)
+            for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference):
                 i = first_sustained(sc.exceed, params.persist)
                 if i is None:
                     continue
@@ -359,6 +362,31 @@ def detect(timeline, params: Params = Params(), reference=None,
                                     float(np.nanmax(sc.z[i:j])), det.role, direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
     return alarms
+
+
+def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTORS) -> Detector | None:
+    """The detector that watches series ``name`` (None if none does)."""
+    return next((det for det in detectors if name in _series_for(timeline, det)), None)
+
+
+def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
+                 detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray | None:
+    """[N, L]: the score the detector of series ``name`` gave each checkpoint, per layer (the
+    largest over the layer's scored columns; NaN where nothing was scored), or None when no
+    detector watches ``name``.  The number the alarms were raised on, for reports."""
+    det = detector_for(timeline, name, detectors)
+    if det is None:
+        return None
+    try:
+        direction = monitor_spec(det.monitor).direction
+    except KeyError:
+        return None
+    out = np.full((len(timeline.steps), timeline.get(name).shape[1]), np.nan)
+    for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out[:, layer] = np.fmax(out[:, layer], sc.z)
+    return out
 
 
 def first_alarms_by_monitor(alarms: list[Alarm]) -> list[dict]:

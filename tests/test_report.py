@@ -420,3 +420,28 @@ def test_analyze_exit_codes_follow_the_result(tiny_run, tmp_path):
     for fail_on, code in (("never", 0), ("input-error", 3)):
         r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "-q", "--fail-on", fail_on])
         assert r.exit_code == code, r.output
+
+
+def test_terminal_strip_of_a_trending_series_shows_the_detector_score():
+    """Update ratios shrink 20 % per checkpoint in healthy training; growth from checkpoint 10 on
+    never brings them back to their early level, so a distance from the early baseline shows
+    nothing.  The strip shows the detector's score against the trend: low before, high after."""
+    n, layers = 16, 2
+    t = np.arange(n)
+    dlog = np.where(t < 10, -0.2, 0.25)
+    level = np.concatenate([[0.0], np.cumsum(dlog[1:])])
+    rng = np.random.default_rng(1)
+    ratio = 0.5 * np.exp(level[:, None, None] + 0.01 * rng.standard_normal((n, layers, 4)))
+    ratio[0] = np.nan
+    assert ratio[-1, 0, 0] < ratio[1, 0, 0]  # never back at its early level
+    res = make_result(n=n, layers=layers)
+    res.timeline = Timeline.from_arrays(res.timeline.steps, {**{k: res.timeline.get(k) for k in res.timeline.names()},
+                                                             "attn.q.update_ratio": ratio}, {})
+    res.summary["verdict"]["evidence"] = [{"monitor": "attn.q.update_ratio", "layer": 0, "head": None,
+                                           "first_alarm_step": int(res.timeline.steps[10]), "score": 9.0}]
+    lines = render_terminal(res).splitlines()
+    start = lines.index(next(x for x in lines if x.startswith("attn.q.update_ratio  [")))
+    assert "detector score vs trend" in lines[start]
+    row = lines[start + 1][6:6 + n]
+    assert row[0] == " " and set(row[1:10]) == {BLOCKS[0]}, row  # undefined at the first checkpoint
+    assert all(BLOCKS.index(c) >= 3 for c in row[10:13]), row

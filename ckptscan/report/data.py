@@ -205,6 +205,26 @@ def downsample_xy(x, y, max_points: int):
     return np.asarray(xs), np.asarray(ys)
 
 
+def detector_scores(summary: dict, timeline, name: str) -> np.ndarray | None:
+    """[L, N]: the score the self-referenced detector of a *rate* series gave each layer and
+    checkpoint (the number its alarms were raised on; NaN where unscored), or None.
+
+    Rate series (update ratios, ||D3||/||D2||, ||M||) trend in healthy training, so their distance
+    from an early baseline says nothing; their detector scores the change against the run's own
+    recent behaviour.  Level series (entropies) keep the display deviation from the early level,
+    which stays visible after a collapse (the detector's rolling baseline re-bases after a window
+    of refused values).  None too when the run was judged against a reference run (not at hand)."""
+    from ckptscan import detect
+
+    if (summary.get("detection") or {}).get("baseline") == "reference-run":
+        return None
+    det = detect.detector_for(timeline, name)
+    if det is None or det.mode != "rate":
+        return None
+    sc = detect.layer_scores(timeline, name)
+    return None if sc is None else sc.T.copy()
+
+
 def deviation(mat: np.ndarray, direction: str, baseline_frac: float = 0.2) -> np.ndarray:
     """[R, N] -> departure of each row from its early baseline, in robust units, counted only in the
     anomalous direction (absolute for "both"); 0 where undefined.

@@ -120,15 +120,20 @@ def _heat_strips(result, console) -> None:
     if not leading:
         return
     console.print(Text(f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
-                       f"early baseline in the anomalous direction ({BLOCKS[-1]} >= {len(BLOCKS) - 1}); red = "
-                       f"after the layer's first alarm", style="dim"))
+                       f"early baseline in the anomalous direction (trending series: the detector's score "
+                       f"against the run's recent trend); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red = after "
+                       f"the layer's first alarm", style="dim"))
     xs = steps
     any_marker = False
     for name in leading:
         info = data.monitor_info(name)
         mat = data.layer_matrix(tl.get(name), info.direction)
         xs, red = data.reduce_columns(mat, steps, cols, info.direction)
-        dev = data.deviation(red, info.direction)
+        scores = data.detector_scores(s, tl, name)
+        if scores is not None:
+            _, dev = data.reduce_columns(np.clip(np.nan_to_num(scores, nan=0.0), 0.0, None), steps, cols, "up")
+        else:
+            dev = data.deviation(red, info.direction)
         rows = list(range(dev.shape[0]))
         note = ""
         if len(rows) > STRIP_LAYERS:
@@ -137,6 +142,7 @@ def _heat_strips(result, console) -> None:
             note = f", {STRIP_LAYERS} of {dev.shape[0]} layers (the most deviant)"
         how = {"down": "min over heads", "up": "max over heads"}.get(info.direction, "mean over heads")
         how = how if info.scope == "head" else "per layer"
+        how = "detector score vs trend, per layer" if scores is not None else how
         console.print(Text(f"{name}  [{how}, anomalous direction {info.direction}{note}]", style="bold"))
         first_alarm = {}
         for a in data.alarm_steps(s, name):
