@@ -86,6 +86,8 @@ class Params:
     min_history: int = 1  # accepted baseline values needed before a series is scored
     extend: bool = True  # date an alarm from the stretch of scores > z_accept leading into it
     match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
+    breadth: float = 0.5  # trend-referenced step-size alarms: share of all update-ratio series that must be
+    #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
 
 
 @dataclass
@@ -343,6 +345,7 @@ def detect(timeline, params: Params = Params(), reference=None,
     matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
     alarms: list[Alarm] = []
     steps = np.asarray(timeline.steps)
+    cols = []
     for det in detectors:
         try:
             direction = monitor_spec(det.monitor).direction
@@ -350,16 +353,19 @@ def detect(timeline, params: Params = Params(), reference=None,
             continue
         for name in _series_for(timeline, det):
             for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference):
-                i = first_sustained(sc.exceed, params.persist)
-                if i is None:
-                    continue
-                confirmed = int(steps[i + params.persist - 1])
-                j = i
-                while j < len(sc.exceed) and sc.exceed[j]:
-                    j += 1
-                start = extend_back(sc.z, i, params.z_accept) if (self_ref and params.extend) else i
-                alarms.append(Alarm(det.monitor, name, layer, head, int(steps[start]), i,
-                                    float(np.nanmax(sc.z[i:j])), det.role, direction, confirmed))
+                cols.append((det, name, layer, head, sc, self_ref, direction))
+    broad = _breadth([c[4].z for c in cols if c[0].reference == "trend" and c[5]], params.z_accept)
+    for det, name, layer, head, sc, self_ref, direction in cols:
+        i = _first_trigger(sc.exceed, params, broad if (det.reference == "trend" and self_ref) else None)
+        if i is None:
+            continue
+        confirmed = int(steps[i + params.persist - 1])
+        j = i
+        while j < len(sc.exceed) and sc.exceed[j]:
+            j += 1
+        start = extend_back(sc.z, i, params.z_accept) if (self_ref and params.extend) else i
+        alarms.append(Alarm(det.monitor, name, layer, head, int(steps[start]), i,
+                            float(np.nanmax(sc.z[i:j])), det.role, direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
     return alarms
 
@@ -367,6 +373,31 @@ def detect(timeline, params: Params = Params(), reference=None,
 def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTORS) -> Detector | None:
     """The detector that watches series ``name`` (None if none does)."""
     return next((det for det in detectors if name in _series_for(timeline, det)), None)
+
+
+def _breadth(zs: list[np.ndarray], z_accept: float) -> np.ndarray | None:
+    """[N]: the share of the series ``zs`` that score above ``z_accept`` at each checkpoint (among
+    those scored there; NaN where none is), or None without series."""
+    if not zs:
+        return None
+    z = np.stack(zs)
+    scored = np.isfinite(z)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(scored.any(axis=0), (np.where(scored, z, -np.inf) > z_accept).sum(axis=0) / scored.sum(axis=0),
+                        np.nan)
+
+
+def _first_trigger(exceed: np.ndarray, p: Params, broad: np.ndarray | None) -> int | None:
+    """The first sustained run of exceeding checkpoints (``first_sustained``) whose first checkpoint
+    has ``broad`` >= ``p.breadth`` when ``broad`` is given: a trend-referenced update-ratio alarm
+    must start where at least that share of all update-ratio series is off too.  A narrower start
+    is passed over and the search goes on from the next checkpoint."""
+    ex = np.asarray(exceed, dtype=bool).copy()
+    while True:
+        i = first_sustained(ex, p.persist)
+        if i is None or broad is None or broad[i] >= p.breadth:
+            return i
+        ex[i] = False
 
 
 def layer_scores(timeline, name: str, params: Params = Params(), reference=None,

@@ -295,3 +295,24 @@ def test_long_linear_warmup_then_cosine_is_not_an_alarm():
     steps = np.arange(1, n + 1) * 100
     for seed in range(30):
         assert detect.detect(Timeline.from_arrays(steps, _update_ratio_run(seed, n, dlog))) == [], seed
+
+
+def test_growth_of_one_module_against_its_trend_needs_the_others():
+    """A step size is global: the router of one layer growing against its shrinking trend while
+    every q/k update ratio keeps shrinking (a long warm-up's early phase, drills at 50-step saves)
+    is not a step-size alarm; the same growth in every module is."""
+    n = 16
+    dlog = np.full(n, -0.2)
+    steps = np.arange(1, n + 1) * 100
+    for seed in range(10):
+        s = _update_ratio_run(seed, n, dlog)
+        router = _update_ratio_run(seed + 100, n, np.where(np.arange(n) >= 8, 0.2, -0.2))["attn.q.update_ratio"]
+        s["router.update_ratio"] = router[:, :, :1].copy()
+        s["router.update_ratio"][:, 1] = s["attn.q.update_ratio"][:, 1, :1]  # layer 1's router shrinks too
+        assert detect.detect(Timeline.from_arrays(steps, s)) == [], seed
+        grow = np.where(np.arange(n) >= 8, 0.2, -0.2)
+        s2 = _update_ratio_run(seed, n, grow)
+        s2["router.update_ratio"] = router[:, :, :1].copy()
+        al = detect.detect(Timeline.from_arrays(steps, s2))
+        assert {a.block for a in al} == {"attn.q.update_ratio", "attn.k.update_ratio", "router.update_ratio"}, seed
+        assert min(a.first_step for a in al) == steps[8], seed
