@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-BASE = dict(steps=1500, dtype="bfloat16", replay=False, naming="mixtral", save_every=100)
+BASE = {"steps": 1500, "dtype": "bfloat16", "replay": False, "naming": "mixtral", "save_every": 100}
 
 
 def lp(seed, onset, sev, **kw):
@@ -51,8 +51,8 @@ def benign(seed, onset, event, **kw):
     return dict(fault="none", seed=seed, onset=onset, benign=event, **kw)
 
 
-REPLAY = dict(replay=True, replay_batch_size=4, replay_seq=64)
-E50 = dict(save_every=50)
+REPLAY = {"replay": True, "replay_batch_size": 4, "replay_seq": 64}
+E50 = {"save_every": 50}
 
 SETS: dict[str, dict] = {
     "calibration": {
