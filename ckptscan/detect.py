@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class Params:
     min_history: int = 1  # accepted baseline values needed before a series is scored
     extend: bool = True  # date an alarm from the stretch of scores > z_accept leading into it
     match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
-    breadth: float = 0.5  # trend-referenced step-size alarms: share of all update-ratio series that must be
+    breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
     #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
 
 
@@ -134,6 +135,11 @@ def _transform(x: np.ndarray, det: Detector) -> np.ndarray:
     return x
 
 
+def _is_trend(det: Detector, direction: str) -> bool:
+    """Scored against its own trend, growth only (and gated by breadth in ``detect``)."""
+    return det.mode == "rate" and det.reference == "trend" and direction == "up"
+
+
 def _sign(direction: str) -> float:
     return -1.0 if direction == "down" else 1.0
 
@@ -145,7 +151,7 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
     exceed = np.zeros(n, dtype=bool)
     accepted: list[tuple[int, float]] = []
     seen = 0
-    trend = det.mode == "rate" and det.reference == "trend" and direction == "up"
+    trend = _is_trend(det, direction)
     for t in range(n):
         v = x[t]
         if not np.isfinite(v):
@@ -324,6 +330,17 @@ def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
     return out
 
 
+class _Column(NamedTuple):
+    det: Detector
+    name: str
+    layer: int
+    head: int | None
+    sc: SeriesScore
+    self_ref: bool
+    direction: str
+    trend: bool
+
+
 def _scored_columns(timeline, det: Detector, name: str, direction: str, params: Params, reference=None):
     """(layer, head or None, SeriesScore, self-referenced?) for each column of series ``name``."""
     arr = timeline.get(name)
@@ -345,7 +362,7 @@ def detect(timeline, params: Params = Params(), reference=None,
     matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
     alarms: list[Alarm] = []
     steps = np.asarray(timeline.steps)
-    cols = []
+    cols: list[_Column] = []
     for det in detectors:
         try:
             direction = monitor_spec(det.monitor).direction
@@ -353,19 +370,26 @@ def detect(timeline, params: Params = Params(), reference=None,
             continue
         for name in _series_for(timeline, det):
             for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference):
-                cols.append((det, name, layer, head, sc, self_ref, direction))
-    broad = _breadth([c[4].z for c in cols if c[0].reference == "trend" and c[5]], params.z_accept)
-    for det, name, layer, head, sc, self_ref, direction in cols:
-        i = _first_trigger(sc.exceed, params, broad if (det.reference == "trend" and self_ref) else None)
+                cols.append(_Column(det, name, layer, head, sc, self_ref, direction, _is_trend(det, direction)))
+    # the share of all update-ratio series (whatever their baseline) that are off, per checkpoint
+    broad = _breadth([c.sc.z for c in cols if c.trend], params.z_accept)
+    for c in cols:
+        sc = c.sc
+        gate = broad if (c.trend and c.self_ref) else None
+        i = _first_trigger(sc.exceed, params, gate)
         if i is None:
             continue
         confirmed = int(steps[i + params.persist - 1])
         j = i
         while j < len(sc.exceed) and sc.exceed[j]:
             j += 1
-        start = extend_back(sc.z, i, params.z_accept) if (self_ref and params.extend) else i
-        alarms.append(Alarm(det.monitor, name, layer, head, int(steps[start]), i,
-                            float(np.nanmax(sc.z[i:j])), det.role, direction, confirmed))
+        start = i
+        if c.self_ref and params.extend:
+            start = extend_back(sc.z, i, params.z_accept)
+            while gate is not None and start < i and not gate[start] >= params.breadth:
+                start += 1  # never dated back into checkpoints the breadth rule passed over
+        alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start]), i,
+                            float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
     return alarms
 
@@ -375,36 +399,34 @@ def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTOR
     return next((det for det in detectors if name in _series_for(timeline, det)), None)
 
 
-def _breadth(zs: list[np.ndarray], z_accept: float) -> np.ndarray | None:
-    """[N]: the share of the series ``zs`` that score above ``z_accept`` at each checkpoint (among
-    those scored there; NaN where none is), or None without series."""
+def _breadth(zs: list[np.ndarray], z_accept: float = Params.z_accept) -> np.ndarray | None:
+    """[N]: the share of the series ``zs`` that score above ``z_accept`` at each checkpoint, among
+    those scored there (NaN where none is), or None without series."""
     if not zs:
         return None
     z = np.stack(zs)
-    scored = np.isfinite(z)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(scored.any(axis=0), (np.where(scored, z, -np.inf) > z_accept).sum(axis=0) / scored.sum(axis=0),
-                        np.nan)
+        return (z > z_accept).sum(axis=0) / np.isfinite(z).sum(axis=0)
 
 
 def _first_trigger(exceed: np.ndarray, p: Params, broad: np.ndarray | None) -> int | None:
-    """The first sustained run of exceeding checkpoints (``first_sustained``) whose first checkpoint
-    has ``broad`` >= ``p.breadth`` when ``broad`` is given: a trend-referenced update-ratio alarm
-    must start where at least that share of all update-ratio series is off too.  A narrower start
-    is passed over and the search goes on from the next checkpoint."""
-    ex = np.asarray(exceed, dtype=bool).copy()
-    while True:
-        i = first_sustained(ex, p.persist)
-        if i is None or broad is None or broad[i] >= p.breadth:
+    """Index of the first run of ``p.persist`` exceeding checkpoints (as ``first_sustained``)
+    whose first checkpoint has ``broad`` >= ``p.breadth`` when ``broad`` is given: a
+    trend-referenced update-ratio alarm must start where at least that share of all update-ratio
+    series is off too.  Undefined checkpoints break a run."""
+    ex = np.asarray(exceed, dtype=bool)
+    for i in range(len(ex) - p.persist + 1):
+        if ex[i:i + p.persist].all() and (broad is None or broad[i] >= p.breadth):
             return i
-        ex[i] = False
+    return None
 
 
 def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
                  detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray | None:
     """[N, L]: the score the detector of series ``name`` gave each checkpoint, per layer (the
     largest over the layer's scored columns; NaN where nothing was scored), or None when no
-    detector watches ``name``.  The number the alarms were raised on, for reports."""
+    detector watches ``name``.  The number the alarms are raised on, for reports (an update-ratio
+    score can exceed the threshold without an alarm where the breadth rule passed it over)."""
     det = detector_for(timeline, name, detectors)
     if det is None:
         return None
@@ -414,9 +436,7 @@ def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
         return None
     out = np.full((len(timeline.steps), timeline.get(name).shape[1]), np.nan)
     for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[:, layer] = np.fmax(out[:, layer], sc.z)
+        out[:, layer] = np.fmax(out[:, layer], sc.z)
     return out
 
 

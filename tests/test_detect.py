@@ -287,7 +287,8 @@ def test_update_ratio_that_stops_shrinking_is_not_an_alarm():
 
 def test_long_linear_warmup_then_cosine_is_not_an_alarm():
     """Update ratios that rise for 10 checkpoints (a linear LR warm-up: lr ~ t) and then follow a
-    cosine decay: growth that slows down is the run's own trend, never a break of it."""
+    cosine decay: growth that slows down is the run's own trend, never a break of it.  A guard
+    against regressions of the trend reference (the flat reference passes it too)."""
     n = 40
     t = np.arange(1, n + 1, dtype=float)
     lr = np.where(t <= 10, t / 10, 0.5 * (1 + np.cos(np.pi * (t - 10) / (n - 10))) * 0.9 + 0.1)
@@ -316,3 +317,31 @@ def test_growth_of_one_module_against_its_trend_needs_the_others():
         al = detect.detect(Timeline.from_arrays(steps, s2))
         assert {a.block for a in al} == {"attn.q.update_ratio", "attn.k.update_ratio", "router.update_ratio"}, seed
         assert min(a.first_step for a in al) == steps[8], seed
+
+
+def test_breadth_rejected_checkpoints_never_date_an_alarm():
+    """Both routers grow from checkpoint 5 (2 of 6 update-ratio series: too narrow), q and k join
+    from checkpoint 9: the alarms start at 9, and the dating does not reach back over 5-8."""
+    n = 20
+    steps = np.arange(1, n + 1) * 100
+    for seed in range(5):
+        s = _update_ratio_run(seed, n, np.where(np.arange(n) >= 9, 0.2, -0.2), noise=0.01)
+        router = _update_ratio_run(seed + 100, n, np.where(np.arange(n) >= 5, 0.2, -0.2), noise=0.01)
+        s["router.update_ratio"] = router["attn.q.update_ratio"][:, :, :1].copy()
+        al = detect.detect(Timeline.from_arrays(steps, s))
+        assert al and min(a.first_step for a in al) == steps[9], (seed, [(a.block, a.first_step) for a in al])
+        # without the breadth rule the routers alarm from checkpoint 5
+        al0 = detect.detect(Timeline.from_arrays(steps, s), detect.Params(breadth=0.0))
+        assert min(a.first_step for a in al0) == steps[5], seed
+
+
+def test_layer_scores_are_the_detector_scores_or_none():
+    s = healthy(7)
+    t = tl(s)
+    assert detect.layer_scores(t, "attn.M.entropy2") is None  # no detector watches it
+    assert detect.layer_scores(t, "router.update_ratio") is None  # not in this timeline
+    sc = detect.layer_scores(t, "attn.D2.entropy2")
+    assert sc.shape == (N, L) and np.isnan(sc[:2]).all()  # undefined, then warm-up skipped
+    det = detect.detector_for(t, "attn.D2.entropy2")
+    z = [detect.score_self(np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down").z for h in range(H)]
+    np.testing.assert_allclose(sc[:, 1], np.fmax.reduce(z), equal_nan=True)

@@ -441,7 +441,18 @@ def test_terminal_strip_of_a_trending_series_shows_the_detector_score():
                                            "first_alarm_step": int(res.timeline.steps[10]), "score": 9.0}]
     lines = render_terminal(res).splitlines()
     start = lines.index(next(x for x in lines if x.startswith("attn.q.update_ratio  [")))
-    assert "detector score vs trend" in lines[start]
+    assert "detector score, per layer" in lines[start]
     row = lines[start + 1][6:6 + n]
     assert row[0] == " " and set(row[1:10]) == {BLOCKS[0]}, row  # undefined at the first checkpoint
     assert all(BLOCKS.index(c) >= 3 for c in row[10:13]), row
+
+
+def test_detector_scores_only_for_self_referenced_rate_series():
+    res = make_result(n=20)
+    tl = Timeline.from_arrays(res.timeline.steps, {**{k: res.timeline.get(k) for k in res.timeline.names()},
+                                                   "attn.q.update_ratio": np.full((20, 3, 4), 0.1)}, {})
+    assert data.detector_scores(res.summary, tl, "attn.q.update_ratio").shape == (3, 20)
+    assert data.detector_scores(res.summary, tl, "attn.D2.entropy2") is None  # a level: display scale
+    assert data.detector_scores(res.summary, tl, "router.similarity") is None  # no detector
+    ref = {**res.summary, "detection": {"baseline": "reference-run"}}
+    assert data.detector_scores(ref, tl, "attn.q.update_ratio") is None  # the reference is not at hand

@@ -18,7 +18,7 @@ MAX_WIDTH = 100
 BLOCKS = "▁▂▃▄▅▆▇█"
 STRIP_MONITORS = 3
 STRIP_LAYERS = 16
-SIGMAS_PER_BLOCK = 1.0  # block height: robust sigmas away from the layer's early baseline
+SIGMAS_PER_BLOCK = 1.0  # block height: robust sigmas (from the early baseline, or the detector's score)
 
 
 def _fmt_step(s):
@@ -106,7 +106,8 @@ def _evidence_table(s: dict, console) -> None:
 
 def _heat_strips(result, console) -> None:
     """One block per leading monitor: a row per layer, a column per (sub-sampled) step; the block
-    height is the departure from the layer's early baseline in the anomalous direction."""
+    height is the departure from the layer's early baseline in the anomalous direction, or, for
+    trending (rate) series, the detector's own score (``data.detector_scores``)."""
     tl = result.timeline
     if tl is None or len(tl.steps) == 0:
         return
@@ -121,7 +122,7 @@ def _heat_strips(result, console) -> None:
         return
     console.print(Text(f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
                        f"early baseline in the anomalous direction (trending series: the detector's score "
-                       f"against the run's recent trend); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red = after "
+                       f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red = after "
                        f"the layer's first alarm", style="dim"))
     xs = steps
     any_marker = False
@@ -142,7 +143,7 @@ def _heat_strips(result, console) -> None:
             note = f", {STRIP_LAYERS} of {dev.shape[0]} layers (the most deviant)"
         how = {"down": "min over heads", "up": "max over heads"}.get(info.direction, "mean over heads")
         how = how if info.scope == "head" else "per layer"
-        how = "detector score vs trend, per layer" if scores is not None else how
+        how = "detector score, per layer" if scores is not None else how
         console.print(Text(f"{name}  [{how}, anomalous direction {info.direction}{note}]", style="bold"))
         first_alarm = {}
         for a in data.alarm_steps(s, name):
