@@ -16,7 +16,9 @@ Each *detector* below watches one timeline series and knows how healthy training
   was shrinking by 20 % per checkpoint has broken the schedule by more than its growth alone says.
   A value that does not grow by more than the floor is never abnormal for them (it scores at
   most 0) and enters the baseline, so the trend follows a schedule that flattens (a cosine
-  reaching its floor, a constant LR) instead of staying at its old slope.
+  reaching its floor, a constant LR) instead of staying at its old slope.  A step size is global:
+  such an alarm must start (and is dated back only over checkpoints) where at least half of all
+  update-ratio series are off too (``Params.breadth``).
 
 Self-referenced baseline (no healthy run given), per series:
   reference b_t = median of the *accepted* values in a lagged window of the last ``window``
@@ -229,10 +231,11 @@ def first_sustained(exceed: np.ndarray, persist: int) -> int | None:
     return None
 
 
-def extend_back(z: np.ndarray, i: int, z_extend: float) -> int:
+def extend_back(z: np.ndarray, i: int, z_extend: float, allowed: np.ndarray | None = None) -> int:
     """First index of the stretch of consecutive scores above ``z_extend`` that ends at ``i``
-    (``i`` itself when the score before it is not above, or undefined)."""
-    while i > 0 and np.isfinite(z[i - 1]) and z[i - 1] > z_extend:
+    (``i`` itself when the score before it is not above, or undefined).  With ``allowed`` (bool
+    per checkpoint) the stretch also stops at the first checkpoint that is not allowed."""
+    while i > 0 and np.isfinite(z[i - 1]) and z[i - 1] > z_extend and (allowed is None or allowed[i - 1]):
         i -= 1
     return i
 
@@ -385,9 +388,9 @@ def detect(timeline, params: Params = Params(), reference=None,
             j += 1
         start = i
         if c.self_ref and params.extend:
-            start = extend_back(sc.z, i, params.z_accept)
-            while gate is not None and start < i and not gate[start] >= params.breadth:
-                start += 1  # never dated back into checkpoints the breadth rule passed over
+            # never dated back over checkpoints that the breadth rule passed over
+            allowed = None if gate is None else np.nan_to_num(gate, nan=-1.0) >= params.breadth
+            start = extend_back(sc.z, i, params.z_accept, allowed)
         alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start]), i,
                             float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))

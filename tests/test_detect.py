@@ -345,3 +345,10 @@ def test_layer_scores_are_the_detector_scores_or_none():
     det = detect.detector_for(t, "attn.D2.entropy2")
     z = [detect.score_self(np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down").z for h in range(H)]
     np.testing.assert_allclose(sc[:, 1], np.fmax.reduce(z), equal_nan=True)
+
+
+def test_extend_back_stops_at_a_checkpoint_that_is_not_allowed():
+    z = np.array([np.nan, 2.5, 2.5, 2.5, 4.0, 4.0, 4.0])
+    assert detect.extend_back(z, 4, 2.0) == 1
+    allowed = np.array([True, True, False, True, True, True, True])
+    assert detect.extend_back(z, 4, 2.0, allowed) == 3  # stops at the gap, not at the first allowed one
