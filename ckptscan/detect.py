@@ -219,15 +219,15 @@ def score_reference(x: np.ndarray, ref: np.ndarray, det: Detector, direction: st
     return SeriesScore(z, exceed)
 
 
-def first_sustained(exceed: np.ndarray, persist: int) -> int | None:
-    """Index of the first run of ``persist`` consecutive True values (None if there is none).
+def first_sustained(exceed: np.ndarray, persist: int, start_ok: np.ndarray | None = None) -> int | None:
+    """Index of the first run of ``persist`` consecutive True values (None if there is none);
+    with ``start_ok`` (bool per checkpoint), the first such run that starts where it is True.
 
     Checkpoints where the series is undefined break a run (they cannot confirm it)."""
-    run = 0
-    for i, e in enumerate(exceed):
-        run = run + 1 if e else 0
-        if run >= persist:
-            return i - persist + 1
+    ex = np.asarray(exceed, dtype=bool)
+    for i in range(len(ex) - persist + 1):
+        if ex[i:i + persist].all() and (start_ok is None or start_ok[i]):
+            return i
     return None
 
 
@@ -376,21 +376,20 @@ def detect(timeline, params: Params = Params(), reference=None,
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, _is_trend(det, direction)))
     # the share of all update-ratio series (whatever their baseline) that are off, per checkpoint
     broad = _breadth([c.sc.z for c in cols if c.trend], params.z_accept)
+    broad_ok = None if broad is None else np.nan_to_num(broad, nan=-1.0) >= params.breadth
     for c in cols:
         sc = c.sc
-        gate = broad if (c.trend and c.self_ref) else None
-        i = _first_trigger(sc.exceed, params, gate)
+        # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
+        # all update-ratio series that are off reaches params.breadth: a step size is global
+        ok = broad_ok if (c.trend and c.self_ref) else None
+        i = first_sustained(sc.exceed, params.persist, ok)
         if i is None:
             continue
         confirmed = int(steps[i + params.persist - 1])
         j = i
         while j < len(sc.exceed) and sc.exceed[j]:
             j += 1
-        start = i
-        if c.self_ref and params.extend:
-            # never dated back over checkpoints that the breadth rule passed over
-            allowed = None if gate is None else np.nan_to_num(gate, nan=-1.0) >= params.breadth
-            start = extend_back(sc.z, i, params.z_accept, allowed)
+        start = extend_back(sc.z, i, params.z_accept, ok) if (c.self_ref and params.extend) else i
         alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start]), i,
                             float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
@@ -402,7 +401,7 @@ def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTOR
     return next((det for det in detectors if name in _series_for(timeline, det)), None)
 
 
-def _breadth(zs: list[np.ndarray], z_accept: float = Params.z_accept) -> np.ndarray | None:
+def _breadth(zs: list[np.ndarray], z_accept: float) -> np.ndarray | None:
     """[N]: the share of the series ``zs`` that score above ``z_accept`` at each checkpoint, among
     those scored there (NaN where none is), or None without series."""
     if not zs:
@@ -410,18 +409,6 @@ def _breadth(zs: list[np.ndarray], z_accept: float = Params.z_accept) -> np.ndar
     z = np.stack(zs)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (z > z_accept).sum(axis=0) / np.isfinite(z).sum(axis=0)
-
-
-def _first_trigger(exceed: np.ndarray, p: Params, broad: np.ndarray | None) -> int | None:
-    """Index of the first run of ``p.persist`` exceeding checkpoints (as ``first_sustained``)
-    whose first checkpoint has ``broad`` >= ``p.breadth`` when ``broad`` is given: a
-    trend-referenced update-ratio alarm must start where at least that share of all update-ratio
-    series is off too.  Undefined checkpoints break a run."""
-    ex = np.asarray(exceed, dtype=bool)
-    for i in range(len(ex) - p.persist + 1):
-        if ex[i:i + p.persist].all() and (broad is None or broad[i] >= p.breadth):
-            return i
-    return None
 
 
 def layer_scores(timeline, name: str, params: Params = Params(), reference=None,

@@ -162,6 +162,9 @@ def test_first_sustained():
     assert detect.first_sustained(e, 3) == 4
     assert detect.first_sustained(e, 2) == 1
     assert detect.first_sustained(e, 5) is None
+    ok = np.array([1, 0, 1, 1, 0, 1, 1, 1], dtype=bool)
+    assert detect.first_sustained(e, 2, ok) == 5  # runs starting at 1 and 4 are passed over
+    assert detect.first_sustained(e, 3, ok) == 5
 
 
 def test_judge_output_is_strict_json(tmp_path):

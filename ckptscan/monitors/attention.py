@@ -37,7 +37,7 @@ class Workspace:
     A fresh float64 copy of a 2048 x 2048 block costs about 7x more than copying into memory that is
     already mapped (measured: 19.5 ms vs 2.7 ms on the benchmark machine): the allocator hands large
     blocks back to the OS and every new one pays a page fault per 4 kB page.  The pipeline keeps one
-    Workspace per analysis (a few blocks' worth of memory); without one, plain ``.double()`` is used."""
+    Workspace per analysis (a few blocks' worth of memory); without one, a fresh float64 copy is made."""
 
     def __init__(self) -> None:
         self._bufs: dict[str, torch.Tensor] = {}
@@ -94,11 +94,11 @@ def pair_monitors(
     C = dW W^T, blocks this function needs anyway.  That is a sum (no cancellation), accumulated in
     float64, so it saves a third of the matrix products at no cost in precision.
     """
-    if g0 is None:
-        g0 = Grams.of(wq0, wk0, ws)
     # differences of the stored values, taken in float64 (see the module docstring), products
     # in float64
     q0, k0 = _f64(wq0, ws, "q"), _f64(wk0, ws, "k")
+    if g0 is None:
+        g0 = Grams(gram(q0), gram(k0))
     # same-dtype in place on the copies (a mixed-dtype sub_ is several times slower)
     dq, dk = _f64(wq1, ws, "dq").sub_(q0), _f64(wk1, ws, "dk").sub_(k0)
     g_dq, c_q = gram(dq), dq @ q0.mT  # [H, h, h]: G(dWq_j), dWq_j Wq_j^T
