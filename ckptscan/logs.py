@@ -8,8 +8,9 @@ grad-norm curves.  Three pieces:
   ``loss``, optional ``grad_norm`` and ``lr``/``learning_rate``) or CSV with those columns.  A bad
   line is skipped with a note; reading a log never raises on its content.
 * ``divergence_step``: when the loss diverged (the drills' ``divergence_step`` uses the same rule).
-* ``log_only_alarm``: the spike rule (value above mean + 6 sigma of the previous 128 values, as
-  OLMo-core's loss/grad-norm spike check does); its first alarm is the log-only detector's answer.
+* ``log_only_alarm``: the spike rule of OLMo-core's stability monitor (a loss or grad-norm value
+  above mean + 6 sigma of the previous 128 logged values, once 128 are there, never on a flat
+  window); its first alarm is the log-only detector's answer.
 
 A JSON ``null`` loss counts as non-finite: trainers (and the drills) write ``null`` where the value
 was NaN/Inf because strict JSON has no NaN.
@@ -33,7 +34,7 @@ DIVERGENCE_MARGIN = 1.0  # nats above the running minimum of the EMA
 # --- the log-only spike rule ----------------------------------------------------------------------
 SPIKE_WINDOW = 128  # previous values the mean and std are taken over
 SPIKE_SIGMAS = 6.0
-SPIKE_MIN_HISTORY = 32  # no alarm before this many finite previous values (std is meaningless)
+SPIKE_MIN_STD = 1e-10  # no alarm where the window's std is below this (a flat window)
 MAX_LISTED_ALARMS = 200  # summary.json lists at most this many log-only alarm steps
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
@@ -87,36 +88,34 @@ def divergence_step(steps, losses, *, beta: float = EMA_BETA, margin: float = DI
 
 
 def spike_alarms(values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SIGMAS,
-                 min_history: int = SPIKE_MIN_HISTORY) -> np.ndarray:
-    """Boolean mask: value i is above mean + ``sigmas`` * std of the previous ``window`` finite
-    values (population std), given at least ``min_history`` of them; a non-finite value after at
-    least one finite one is an alarm too (the loss blew up).  Missing values never alarm.
+                 min_std: float = SPIKE_MIN_STD) -> np.ndarray:
+    """Boolean mask: value i is above mean + ``sigmas`` * std (population) of the ``window`` logged
+    values before it.  As OLMo-core's stability monitor does it: no alarm until the window is full,
+    none where the window's std is below ``min_std``, and every logged value enters the window,
+    spikes included.  A non-finite value is never an alarm (the divergence rule owns it) and keeps
+    the windows it enters from alarming.
     """
     v = np.asarray(values, dtype=np.float64)
     out = np.zeros(len(v), dtype=bool)
-    hist: list[float] = []
-    for i, x in enumerate(v):
-        if not math.isfinite(x):
-            out[i] = len(hist) > 0
-            continue
-        if len(hist) >= min_history:
-            h = np.asarray(hist[-window:])
-            if x > h.mean() + sigmas * h.std():
-                out[i] = True
-        hist.append(x)
+    if len(v) <= window:
+        return out
+    hist = np.lib.stride_tricks.sliding_window_view(v[:-1], window)  # row j = values j .. j+window-1
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = hist.mean(axis=1)
+        std = hist.std(axis=1)
+        out[window:] = (std >= min_std) & (v[window:] > mean + sigmas * std)
     return out
 
 
 def log_only_alarm_steps(curve: LossCurve, **kw) -> list[int]:
     """Every step where loss or grad norm trips the spike rule (``spike_alarms``), ascending.
 
-    Only the loss may be non-finite-alarming: a missing grad norm is just missing.
-    """
+    Each series is windowed over its own values: a step whose grad norm is missing (or null) is
+    not one of them."""
     mask = spike_alarms(curve.loss, **kw)
     if curve.grad_norm is not None:
-        g = np.where(np.isfinite(curve.grad_norm), curve.grad_norm, np.nan)
-        gm = spike_alarms(g, **kw) & np.isfinite(g)
-        mask = mask | gm
+        logged = ~np.isnan(curve.grad_norm)
+        mask[logged] |= spike_alarms(curve.grad_norm[logged], **kw)
     return [int(s) for s in curve.steps[np.flatnonzero(mask)]]
 
 

@@ -71,7 +71,7 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
                  "log_only_alarm_steps": loss.get("log_only_alarm_steps", []),
                  "divergence_rule": {"ema_beta": logs.EMA_BETA, "margin_nats": logs.DIVERGENCE_MARGIN},
                  "log_only_rule": {"window": logs.SPIKE_WINDOW, "sigmas": logs.SPIKE_SIGMAS,
-                                   "min_history": logs.SPIKE_MIN_HISTORY, "series": ["loss", "grad_norm"]}},
+                                   "min_std": logs.SPIKE_MIN_STD, "series": ["loss", "grad_norm"]}},
         "lead_time_steps": lead,
         "log_only_lead_time_steps": log_lead,
         "alarms": detect.first_alarms_by_monitor(alarms),

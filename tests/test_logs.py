@@ -28,20 +28,19 @@ def ref_divergence(steps, losses, beta=0.9, margin=1.0):
     return None
 
 
-def ref_spike(values, window=128, sigmas=6.0, min_history=32):
-    out = []
-    for i, x in enumerate(values):
-        prev = [v for v in values[:i] if math.isfinite(v)]
-        if not math.isfinite(x):
-            out.append(len(prev) > 0)
-            continue
-        h = prev[-window:]
-        if len(h) < min_history:
-            out.append(False)
-            continue
-        mean = sum(h) / len(h)
-        std = math.sqrt(sum((v - mean) ** 2 for v in h) / len(h))
-        out.append(x > mean + sigmas * std)
+def ref_spike(values, window=128, sigmas=6.0, min_std=1e-10):
+    """OLMo-core's stability-monitor rule, written out: every value enters the history; a value is
+    a spike when the history holds ``window`` values, their std is >= min_std and it exceeds
+    mean + sigmas * std (a non-finite history or value never compares as a spike)."""
+    out, hist = [], []
+    for x in values:
+        spike = False
+        if len(hist) >= window:
+            mean = sum(hist) / len(hist)
+            std = math.sqrt(sum((v - mean) ** 2 for v in hist) / len(hist))
+            spike = bool(std >= min_std and x > mean + sigmas * std)
+        out.append(spike)
+        hist = (hist + [x])[-window:]
     return out
 
 
@@ -107,18 +106,29 @@ def test_spike_small_window_parameters_match_reference():
     v = rng.standard_normal(300).tolist()
     v[150] = 50.0
     v[200] = float("nan")
-    got = logs.spike_alarms(v, window=16, sigmas=3.0, min_history=8).tolist()
-    assert got == ref_spike(v, window=16, sigmas=3.0, min_history=8)
-    assert got[150] and got[200]
+    got = logs.spike_alarms(v, window=16, sigmas=3.0).tolist()
+    assert got == ref_spike(v, window=16, sigmas=3.0)
+    # the spike alarms; the NaN does not, nor anything while it sits in the window
+    assert got[150] and not any(got[200:217])
+
+
+def test_spike_needs_a_full_window_and_a_window_that_moves():
+    v = [1.0 + 0.01 * (i % 3) for i in range(200)]
+    v[100] = 9.0  # a spike with only 100 values before it: OLMo-core does not check yet
+    v[150] = 9.0  # with a full window
+    assert logs.spike_alarms(v).tolist() == [i == 150 for i in range(200)]
+    flat = [2.0] * 200
+    flat[180] = 2.0 + 1e-6  # above mean + 6 sigma, but the window is flat (std < 1e-10): no alarm
+    assert not logs.spike_alarms(flat).any()
 
 
 def test_log_only_alarm_uses_grad_norm_too():
     steps = np.arange(1, 201)
     loss = np.full(200, 2.0) + 0.01 * np.sin(steps)
     g = np.full(200, 1.0) + 0.01 * np.cos(steps)
-    g[120] = 10.0
+    g[140] = 10.0
     c = logs.LossCurve(None, steps, loss, g, None)
-    assert logs.log_only_alarm(c) == 121
+    assert logs.log_only_alarm(c) == 141
     c2 = logs.LossCurve(None, steps, loss, None, None)
     assert logs.log_only_alarm(c2) is None
 
@@ -130,13 +140,13 @@ def test_log_only_alarm_steps_are_every_reference_alarm(tmp_path):
     steps = np.arange(1, 401)
     loss = 3.0 + 0.01 * rng.standard_normal(400)
     g = 1.0 + 0.01 * rng.standard_normal(400)
-    g[[100, 180]] = 5.0
+    g[[100, 140, 180]] = 5.0  # 100: before the 128-value window is full
     loss[250] = 4.0
     loss[300:] += 2.0  # diverges
     c = logs.LossCurve(None, steps, loss, g, None)
     rl, rg = ref_spike(loss.tolist()), ref_spike(g.tolist())
     want = [int(s) for s, a, b in zip(steps, rl, rg) if a or b]
-    assert logs.log_only_alarm_steps(c) == want and want[:3] == [101, 181, 251]
+    assert logs.log_only_alarm_steps(c) == want and want[:3] == [141, 181, 251]
     assert logs.log_only_alarm(c) == want[0]
     (tmp_path / "metrics.jsonl").write_text("\n".join(
         json.dumps({"step": int(s), "loss": float(lv), "grad_norm": float(gv)}) for s, lv, gv in zip(steps, loss, g)))
