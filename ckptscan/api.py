@@ -12,7 +12,7 @@ from pathlib import Path
 from ckptscan import __version__
 from ckptscan.activation_stage import add_churn_final
 from ckptscan.discover import Checkpoint, Skipped, discover, no_checkpoints_error
-from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INPUT, UsageError
+from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_INPUT, UsageError
 from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
 from ckptscan.timeline import Timeline, assemble, atomic_write
 
@@ -37,15 +37,22 @@ class Result:
     def anomalous(self) -> bool:
         return bool(self.summary["verdict"]["anomalous"])
 
+    @property
+    def inconclusive(self) -> bool:
+        return self.summary["verdict"].get("fault_type") == "inconclusive"
+
     def exit_code(self, fail_on: str = "anomaly") -> int:
-        """0 healthy, 1 anomaly found, 3 input error; ``fail_on`` picks what fails (docs/cli.md)."""
+        """0 healthy, 1 anomaly found, 3 input error, 5 inconclusive; ``fail_on`` picks what fails
+        (docs/cli.md).  An inconclusive run never passes as healthy unless ``fail_on="never"``."""
         if fail_on == "never":
             return EXIT_HEALTHY
         input_error = any(s.error for s in self.skipped)
-        if input_error and (fail_on == "input-error" or (fail_on == "anomaly" and not self.anomalous)):
-            return EXIT_INPUT
         if self.anomalous and fail_on == "anomaly":
             return EXIT_ANOMALY
+        if input_error:
+            return EXIT_INPUT
+        if self.inconclusive:
+            return EXIT_INCONCLUSIVE
         return EXIT_HEALTHY
 
     def to_json(self) -> str:
@@ -127,8 +134,9 @@ def analyze(
     })
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
         first = skipped_run[0] if skipped_run else skipped[0]
-        judgement["verdict"].update(confidence=0.0, reason=(
-            f"no verdict: none of the {len(ckpts)} checkpoints could be read (first: {first.path}: {first.reason})"))
+        judgement["verdict"].update(fault_type="inconclusive", confidence=0.0, reason=(
+            f"not enough evidence: none of the {len(ckpts)} checkpoints could be read (first: {first.path}: "
+            f"{first.reason})"))
     summary = {
         "schema": SCHEMA,
         "ckptscan_version": __version__,

@@ -15,7 +15,10 @@ docs/detection.md for what the data showed):
   there; ``_global_evidence``).
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
 * ``unknown``: sustained alarms that match neither signature (e.g. only logit growth).
-* ``healthy``: no sustained alarm and no overflow.
+* ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` checkpoints
+  examined after the run settled.
+* ``inconclusive``: no alarm either, but too little of the run could be examined to call it healthy
+  (it never left its early phase, or too few checkpoints came after that); ``anomalous`` is False.
 
 The decision looks at the alarms that start within ``DECISION_WINDOW`` checkpoints of the earliest
 one: what moved *first* is the cause; later alarms are usually consequences -- except growth that
@@ -31,10 +34,16 @@ DECISION_WINDOW = 2  # checkpoints after the earliest alarm whose alarms still c
 LR_ROLES = ("step_size", "second_order")
 
 
-def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps) -> dict:
-    """The ``verdict`` object of summary.json from sustained alarms and overflow findings."""
+def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, coverage: dict | None = None) -> dict:
+    """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
+
+    ``coverage`` (``examination``): how much of the run the detectors examined; a run without
+    alarms is ``healthy`` only where that was enough, ``inconclusive`` otherwise."""
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
+        if coverage is not None and coverage["missing"]:
+            return {"anomalous": False, "earliest_step": None, "confirmed_step": None, "fault_type": "inconclusive",
+                    "confidence": 0.0, "evidence": [], "reason": f"not enough evidence: {coverage['missing']}"}
         return {"anomalous": False, "earliest_step": None, "confirmed_step": None, "fault_type": "healthy", "confidence": 0.9,
                 "evidence": [], "reason": "no sustained alarm on any monitor, no NaN/Inf in weights"}
 

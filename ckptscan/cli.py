@@ -1,7 +1,8 @@
 """The ``ckptscan`` command line: a thin shell over ``ckptscan.api`` (parse, call, print).
 
 Exit codes: 0 healthy, 1 anomaly found, 2 usage error, 3 input error (something could not be read),
-4 internal error (a bug).  ``--fail-on`` chooses which of 1 and 3 fail the command.
+4 internal error (a bug), 5 inconclusive (too little of the run to examine).  ``--fail-on`` chooses
+which of 1, 3 and 5 fail the command.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import click
 
 from ckptscan import __version__
 from ckptscan._alloc import bound_heap_growth
-from ckptscan.errors import CkptscanError
-
-EXIT_INTERNAL = 4
+from ckptscan.errors import EXIT_INTERNAL, CkptscanError
 
 
 def _console(stderr: bool = False):
@@ -99,7 +98,8 @@ def _common_analysis_options(fn):
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a self-contained HTML report.")
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML file for CI systems.")
 @click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="anomaly", show_default=True,
-              help="anomaly: exit 1 on an anomaly, 3 on unreadable input; input-error: exit 3 only on unreadable input; never: always 0.")
+              help="anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: exit 3 on "
+                   "unreadable input, 5 when inconclusive, never 1; never: always 0.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; only the verdict line.")
 @handle_errors
 def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, trust_pickle, replay, replay_pattern,
@@ -111,7 +111,8 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, tru
 
     \b
     Exit codes: 0 healthy, 1 anomaly found, 2 usage error, 3 input error (a checkpoint or file
-    could not be read; the rest of the run is still analysed), 4 internal error.
+    could not be read; the rest of the run is still analysed), 4 internal error, 5 inconclusive
+    (no alarm, but too little of the run could be examined to call it healthy).
     """
     from ckptscan.api import analyze as run
     from ckptscan.report import emit

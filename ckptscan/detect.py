@@ -45,6 +45,7 @@ much quieter than any single head.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -57,12 +58,13 @@ from ckptscan.monitors import spec as monitor_spec
 @dataclass(frozen=True)
 class Detector:
     monitor: str
-    mode: str  # "level" | "rate"
+    mode: str  # "level" | "rate" | "shift" (level against the series' own trend, carried forward)
     log: bool  # score log(x) (positive, scale-like quantities)
     per_head: bool  # False: median over heads first
     floor: float  # minimum scale (units of x, or of log x per checkpoint)
     role: str  # what the classifier reads it as: "structure" | "step_size" | "second_order" | "logits"
     reference: str = "flat"  # rate, "up": "flat" (max(0, recent change)) | "trend" (recent change, growth only)
+    broad: bool = False  # a step size is global: alarms need Params.breadth of the detector's columns off
 
 
 # Floors: a normalised entropy moving by 3 * 0.05 = 0.15 (of a [0, 1] range), or a log quantity
@@ -71,9 +73,13 @@ class Detector:
 DETECTORS: tuple[Detector, ...] = (
     Detector("attn.D2.entropy2", "level", False, True, 0.05, "structure"),
     Detector("attn.D2.entropy1", "level", False, True, 0.05, "structure"),
-    Detector("attn.q.update_ratio", "rate", True, False, 0.05, "step_size", "trend"),
-    Detector("attn.k.update_ratio", "rate", True, False, 0.05, "step_size", "trend"),
-    Detector("router.update_ratio", "rate", True, False, 0.05, "step_size", "trend"),
+    Detector("attn.q.update_ratio", "rate", True, False, 0.05, "step_size", "trend", broad=True),
+    Detector("attn.k.update_ratio", "rate", True, False, 0.05, "step_size", "trend", broad=True),
+    Detector("router.update_ratio", "rate", True, False, 0.05, "step_size", "trend", broad=True),
+    # a jump of the step size that stays: the level against its own trend (floor: z 3 = x2.5)
+    Detector("attn.q.update_ratio", "shift", True, False, 0.3, "step_size", broad=True),
+    Detector("attn.k.update_ratio", "shift", True, False, 0.3, "step_size", broad=True),
+    Detector("router.update_ratio", "shift", True, False, 0.3, "step_size", broad=True),
     Detector("attn.D3_over_D2", "rate", True, False, 0.05, "second_order"),
     Detector("attn.M.spectral_norm", "rate", True, False, 0.05, "logits"),
 )
@@ -91,6 +97,9 @@ class Params:
     match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
     breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
     #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
+    settle_drop: float = 0.6931471805599453  # log 2: the run has settled once its step size fell to half its peak
+    settle_age: float = 4.0  # ... or once it is this many times as old (in steps) as at that peak
+    min_examined: int = 5  # checkpoints scored after the run settled: fewer cannot support "healthy"
 
 
 @dataclass
@@ -125,7 +134,8 @@ class SeriesScore:
 
 
 def _transform(x: np.ndarray, det: Detector) -> np.ndarray:
-    """The scored quantity: (log) level, or (log) change per checkpoint for rate detectors."""
+    """The scored quantity: (log) level (``level``, ``shift``), or (log) change per checkpoint
+    (``rate``)."""
     x = np.asarray(x, dtype=np.float64)
     if det.log:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -137,6 +147,18 @@ def _transform(x: np.ndarray, det: Detector) -> np.ndarray:
     return x
 
 
+SHIFT_MIN_POINTS = 4
+
+
+def _detrended(win: list[tuple[int, float]], t: int) -> list[float]:
+    """The window's values carried along its own trend to index ``t``: v_i + slope * (t - i), with
+    slope = the median change per checkpoint between consecutive window values."""
+    if len(win) < 2:
+        return [a for _, a in win]
+    slope = float(np.median([(b - a) / (j - i) for (i, a), (j, b) in zip(win, win[1:])]))
+    return [a + slope * (t - i) for i, a in win]
+
+
 def _is_trend(det: Detector, direction: str) -> bool:
     """Scored against its own trend, growth only (and gated by breadth in ``detect``)."""
     return det.mode == "rate" and det.reference == "trend" and direction == "up"
@@ -146,22 +168,26 @@ def _sign(direction: str) -> float:
     return -1.0 if direction == "down" else 1.0
 
 
-def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params()) -> SeriesScore:
-    """Self-referenced one-sided scores of a transformed series ``x`` (NaN = undefined)."""
+def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(), start: int = 0) -> SeriesScore:
+    """Self-referenced one-sided scores of a transformed series ``x`` (NaN = undefined).  Values
+    before index ``start`` (the run had not settled) are neither scored nor enter a baseline."""
     n = len(x)
     z = np.full(n, np.nan)
     exceed = np.zeros(n, dtype=bool)
     accepted: list[tuple[int, float]] = []
     seen = 0
     trend = _is_trend(det, direction)
-    for t in range(n):
+    for t in range(start, n):
         v = x[t]
         if not np.isfinite(v):
             continue
         seen += 1
         if seen <= p.warmup_skip:
             continue
-        hist = [a for (i, a) in accepted if i >= t - p.window]
+        win = [(i, a) for (i, a) in accepted if i >= t - p.window]
+        hist = [a for _, a in win]
+        if det.mode == "shift":  # a trend needs a few points: none is carried forward from fewer
+            hist = _detrended(win, t) if len(win) >= SHIFT_MIN_POINTS else []
         if len(hist) >= p.min_history:
             h = np.asarray(hist) if hist else np.zeros(1)
             b = float(np.median(h))
@@ -341,11 +367,13 @@ class _Column(NamedTuple):
     sc: SeriesScore
     self_ref: bool
     direction: str
-    trend: bool
+    broad: bool
 
 
-def _scored_columns(timeline, det: Detector, name: str, direction: str, params: Params, reference=None):
-    """(layer, head or None, SeriesScore, self-referenced?) for each column of series ``name``."""
+def _scored_columns(timeline, det: Detector, name: str, direction: str, params: Params, reference=None,
+                    start: int = 0):
+    """(layer, head or None, SeriesScore, self-referenced?) for each column of series ``name``;
+    self-referenced columns are scored from index ``start`` on (``settled``)."""
     arr = timeline.get(name)
     ref_arr = _align(reference, np.asarray(timeline.steps), name)
     ref_cols = _reference_columns(arr, ref_arr, det, params) if ref_arr is not None else {}
@@ -353,18 +381,97 @@ def _scored_columns(timeline, det: Detector, name: str, direction: str, params: 
         x = _transform(col, det)
         ref = ref_cols.get((layer, head))
         self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
-        sc = score_self(x, det, direction, params) if self_ref else score_reference(x, ref, det, direction, params)
+        sc = score_self(x, det, direction, params, start) if self_ref \
+            else score_reference(x, ref, det, direction, params)
         yield layer, head, sc, self_ref
+
+
+def step_size(timeline, detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray:
+    """[N]: the run's step size at each checkpoint: the log of the median, over every update-ratio
+    series (q, k and router, one per layer: the median over its heads), of ||dW|| / ||W||
+    (NaN where none is defined)."""
+    monitors = dict.fromkeys(det.monitor for det in detectors if det.role == "step_size")
+    level = Detector("", "level", True, False, 0.0, "step_size")
+    cols = [_transform(col, level)
+            for m in monitors
+            for name in _series_for(timeline, dataclasses.replace(level, monitor=m))
+            for _, _, col in _columns(timeline.get(name), level)]
+    out = np.full(len(timeline.steps), np.nan)
+    if cols:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out = np.nanmedian(np.stack(cols), axis=0)
+    return out
+
+
+def settled(timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS) -> int | None:
+    """Index of the first checkpoint at which the run has left its early phase (warm-up and the
+    fast initial moves of the weights), read from the weights alone: the step size (``step_size``)
+    has fallen to half its peak so far (``settle_drop``), or the run is ``settle_age`` times as
+    old, in steps, as it was at that peak.  ``None``: not settled by the last checkpoint."""
+    g = step_size(timeline, detectors)
+    steps = np.asarray(timeline.steps)
+    peak, at = -np.inf, None
+    for t in range(len(g)):
+        if not np.isfinite(g[t]):
+            continue
+        if g[t] > peak:
+            peak, at = g[t], t
+            continue
+        if g[t] <= peak - params.settle_drop or steps[t] >= params.settle_age * max(int(steps[at]), 1):
+            return t
+    return None
+
+
+@dataclasses.dataclass
+class Detection:
+    """What ``run_detection`` found: the alarms, and how much of the run could be examined."""
+
+    alarms: list[Alarm]
+    settled_index: int | None  # first checkpoint after the early phase (None: never settled)
+    examined: np.ndarray  # bool [N]: checkpoints at which at least one series was scored
+
+    def settled_step(self, steps) -> int | None:
+        return None if self.settled_index is None else int(np.asarray(steps)[self.settled_index])
+
+
+def examination(detection: Detection, steps, params: Params = Params()) -> dict:
+    """How much of the run the detectors examined (summary.json ``detection.coverage``), and, when
+    that is too little for a healthy verdict, one line saying what is missing (``missing``)."""
+    steps = np.asarray(steps)
+    n = int(detection.examined.sum())
+    settled_at = detection.settled_step(steps)
+    if settled_at is None:
+        missing = (f"the run never left its early phase (its step size, ||dW||/||W||, had not fallen to half "
+                   f"its peak, nor had the run grown {params.settle_age:g}x as old as at that peak, by step "
+                   f"{int(steps[-1]) if len(steps) else '-'}; {len(steps)} checkpoint(s))" if len(steps) else
+                   "no checkpoint could be analysed")
+    elif n < params.min_examined:
+        missing = (f"{n} checkpoint(s) examined after the run settled at step {settled_at}; "
+                   f"{params.min_examined} needed")
+    else:
+        missing = None
+    first = int(steps[detection.examined][0]) if n else None
+    return {"settled_step": settled_at, "examined_checkpoints": n, "first_examined_step": first,
+            "needed": params.min_examined, "missing": missing}
 
 
 def detect(timeline, params: Params = Params(), reference=None,
            detectors: tuple[Detector, ...] = DETECTORS) -> list[Alarm]:
+    """Every sustained alarm in ``timeline`` (``run_detection(...).alarms``)."""
+    return run_detection(timeline, params, reference, detectors).alarms
+
+
+def run_detection(timeline, params: Params = Params(), reference=None,
+                  detectors: tuple[Detector, ...] = DETECTORS) -> Detection:
     """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
 
+    Self-referenced series are scored only once the run has settled (``settled``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
     matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
     alarms: list[Alarm] = []
     steps = np.asarray(timeline.steps)
+    start = settled(timeline, params, detectors)
     cols: list[_Column] = []
     for det in detectors:
         try:
@@ -372,16 +479,23 @@ def detect(timeline, params: Params = Params(), reference=None,
         except KeyError:
             continue
         for name in _series_for(timeline, det):
-            for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference):
-                cols.append(_Column(det, name, layer, head, sc, self_ref, direction, _is_trend(det, direction)))
-    # the share of all update-ratio series (whatever their baseline) that are off, per checkpoint
-    broad = _breadth([c.sc.z for c in cols if c.trend], params.z_accept)
-    broad_ok = None if broad is None else np.nan_to_num(broad, nan=-1.0) >= params.breadth
+            for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference,
+                                                             len(steps) if start is None else start):
+                cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
+    examined = np.zeros(len(steps), dtype=bool)
+    for c in cols:
+        examined |= np.isfinite(c.sc.z)
+    # per detector mode, the share of all its update-ratio series (whatever their baseline) that
+    # are off, per checkpoint
+    broad_ok = {}
+    for mode in {c.det.mode for c in cols if c.broad}:
+        share = _breadth([c.sc.z for c in cols if c.broad and c.det.mode == mode], params.z_accept)
+        broad_ok[mode] = np.nan_to_num(share, nan=-1.0) >= params.breadth
     for c in cols:
         sc = c.sc
         # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
         # all update-ratio series that are off reaches params.breadth: a step size is global
-        ok = broad_ok if (c.trend and c.self_ref) else None
+        ok = broad_ok[c.det.mode] if (c.broad and c.self_ref) else None
         i = first_sustained(sc.exceed, params.persist, ok)
         if i is None:
             continue
@@ -389,11 +503,11 @@ def detect(timeline, params: Params = Params(), reference=None,
         j = i
         while j < len(sc.exceed) and sc.exceed[j]:
             j += 1
-        start = extend_back(sc.z, i, params.z_accept, ok) if (c.self_ref and params.extend) else i
-        alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start]), i,
+        start_i = extend_back(sc.z, i, params.z_accept, ok) if (c.self_ref and params.extend) else i
+        alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start_i]), i,
                             float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed))
     alarms.sort(key=lambda a: (a.index, -a.score))
-    return alarms
+    return Detection(alarms, start, examined)
 
 
 def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTORS) -> Detector | None:
@@ -425,7 +539,9 @@ def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
     except KeyError:
         return None
     out = np.full((len(timeline.steps), timeline.get(name).shape[1]), np.nan)
-    for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference):
+    start = settled(timeline, params, detectors)
+    start = len(timeline.steps) if start is None else start
+    for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference, start):
         out[:, layer] = np.fmax(out[:, layer], sc.z)
     return out
 

@@ -14,6 +14,8 @@ EXIT_HEALTHY = 0
 EXIT_ANOMALY = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
+EXIT_INTERNAL = 4
+EXIT_INCONCLUSIVE = 5  # no alarm, but too little of the run could be examined to call it healthy
 
 
 class CkptscanError(Exception):

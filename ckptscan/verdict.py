@@ -51,14 +51,19 @@ def _clean(o):
     return o
 
 
-def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None) -> dict:
-    loss = logs.summarize(run_dir, log_file)
+def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None,
+          params: detect.Params = detect.Params(), loss: dict | None = None) -> dict:
+    """``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
+    ``logs.summarize`` result already at hand (it is read from the run otherwise)."""
+    loss = loss if loss is not None else logs.summarize(run_dir, log_file)
     reference, ref_out = (None, None)
     if baseline is not None:
         reference, ref_out = _reference_timeline(baseline, analyze_kwargs)
-    alarms = detect.detect(timeline, reference=reference)
+    detection = detect.run_detection(timeline, params, reference=reference)
+    alarms = detection.alarms
+    coverage = detect.examination(detection, timeline.steps, params)
     overflow = [f for f in findings if f.get("kind") == "overflow"]
-    verdict = classify.classify(alarms, overflow, _layers(timeline), timeline.steps)
+    verdict = classify.classify(alarms, overflow, _layers(timeline), timeline.steps, coverage)
 
     div = loss["divergence_step"]
     log_alarm = loss["log_only_alarm_step"]
@@ -76,8 +81,8 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
         "log_only_lead_time_steps": log_lead,
         "alarms": detect.first_alarms_by_monitor(alarms),
         "log": loss["log"],
-        "detection": {"baseline": "reference-run" if reference is not None else "self",
+        "detection": {"baseline": "reference-run" if reference is not None else "self", "coverage": coverage,
                       "reference_run": str(baseline) if baseline is not None else None,
-                      "reference_out": ref_out, **vars(detect.Params())},
+                      "reference_out": ref_out, **vars(params)},
     }
     return _clean(out)

@@ -272,7 +272,7 @@ def test_update_ratio_growth_is_measured_against_its_shrinking_trend():
         al = detect.detect(tl(s))
         assert al, seed
         found.append(min(a.first_step for a in al))
-        flat = tuple(dataclasses.replace(d, reference="flat") for d in detect.DETECTORS)
+        flat = tuple(dataclasses.replace(d, reference="flat") for d in detect.DETECTORS if d.mode != "shift")
         assert detect.detect(tl(s), detectors=flat) == [], seed  # the old reference misses it
     assert all(STEPS[8] <= f <= STEPS[9] for f in found), found
 
@@ -345,9 +345,11 @@ def test_layer_scores_are_the_detector_scores_or_none():
     assert detect.layer_scores(t, "attn.M.entropy2") is None  # no detector watches it
     assert detect.layer_scores(t, "router.update_ratio") is None  # not in this timeline
     sc = detect.layer_scores(t, "attn.D2.entropy2")
-    assert sc.shape == (N, L) and np.isnan(sc[:2]).all()  # undefined, then warm-up skipped
+    start = detect.settled(t)
+    assert sc.shape == (N, L) and np.isnan(sc[:start + 2]).all()  # before the run settled, then warm-up skipped
     det = detect.detector_for(t, "attn.D2.entropy2")
-    z = [detect.score_self(np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down").z for h in range(H)]
+    z = [detect.score_self(np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down", start=start).z
+         for h in range(H)]
     np.testing.assert_allclose(sc[:, 1], np.fmax.reduce(z), equal_nan=True)
 
 

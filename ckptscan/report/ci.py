@@ -1,11 +1,12 @@
 """What CI systems read: JUnit XML, GitHub Actions annotations and the job summary.
 
-Exit codes live in ``Result.exit_code`` (0 healthy, 1 anomaly, 3 input error; ``--fail-on``).
+Exit codes live in ``Result.exit_code`` (0 healthy, 1 anomaly, 3 input error, 5 inconclusive;
+``--fail-on``).
 
 * ``write_junit``: one test case per monitor family present (attention, router, numerics,
   act_attention, act_router), one for the verdict and one for the inputs.  A family fails when the
   verdict's evidence (or a NaN/Inf finding, for numerics) names it; the verdict fails when the run
-  is anomalous; the inputs case errors when a checkpoint could not be read.  Every CI system that
+  is anomalous or inconclusive; the inputs case errors when a checkpoint could not be read.  Every CI system that
   reads JUnit then shows the evidence without anyone opening a log.
 * ``github_annotations``: ``::error``/``::warning``/``::notice`` workflow commands.
 * ``github_step_summary``: a Markdown summary, appended to the file ``$GITHUB_STEP_SUMMARY`` names.
@@ -35,6 +36,8 @@ def _evidence_text(items: list[dict]) -> str:
 
 def verdict_message(summary: dict) -> str:
     v = data.verdict(summary)
+    if v["fault_type"] == "inconclusive":
+        return f"inconclusive: {v.get('reason') or 'not enough evidence for a verdict'}"
     if not v["anomalous"]:
         return "healthy: no sustained anomaly in the monitors"
     m = data.markers(summary)
@@ -61,7 +64,7 @@ def junit_tree(result) -> ET.ElementTree:
         return c
 
     c = case("verdict")
-    if v["anomalous"]:
+    if v["anomalous"] or v["fault_type"] == "inconclusive":
         f = ET.SubElement(c, "failure", message=verdict_message(s), type=str(v["fault_type"]))
         f.text = _evidence_text(v["evidence"]) or "no evidence items"
     ET.SubElement(c, "system-out").text = verdict_message(s)
@@ -132,7 +135,8 @@ def _command(kind: str, title: str, message: str) -> str:
 
 
 def github_annotations(result) -> list[str]:
-    """Workflow-command lines: the verdict (error when anomalous, notice when healthy) and one
+    """Workflow-command lines: the verdict (error when anomalous, warning when inconclusive, notice
+    when healthy) and one
     per skipped input (error when unreadable, notice when expected), capped at ``MAX_ANNOTATIONS``."""
     s = result.summary
     v = data.verdict(s)
@@ -141,6 +145,8 @@ def github_annotations(result) -> list[str]:
         ev = _evidence_text(v["evidence"][:5])
         lines.append(_command("error", "ckptscan: anomalous training run",
                               verdict_message(s) + (f"\n{ev}" if ev else "")))
+    elif v["fault_type"] == "inconclusive":
+        lines.append(_command("warning", "ckptscan: inconclusive", verdict_message(s)))
     else:
         lines.append(_command("notice", "ckptscan: healthy", verdict_message(s)))
     skipped = (s.get("checkpoints") or {}).get("skipped") or []
@@ -163,7 +169,8 @@ def step_summary_markdown(result) -> str:
     m = data.markers(s)
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
-    head = "## ckptscan: " + ("❌ anomalous run" if v["anomalous"] else "✅ healthy run")
+    head = "## ckptscan: " + ("❌ anomalous run" if v["anomalous"] else
+                              "⚠️ inconclusive" if v["fault_type"] == "inconclusive" else "✅ healthy run")
     out = [head, "", f"**{_md(verdict_message(s))}**", "",
            "| | |", "|---|---|",
            f"| run | `{_md(s.get('run'))}` |",

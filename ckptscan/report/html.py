@@ -181,6 +181,9 @@ def _verdict_html(s: dict) -> str:
         conf_s = f" &middot; confidence {conf:.2f}" if isinstance(conf, (int, float)) else ""
         head = (f'<div class="verdict bad"><span class="tag">ANOMALOUS</span> {_e(v["fault_type"])}{conf_s}'
                 f' &middot; earliest anomalous step <b>{_e(v["earliest_step"])}</b></div>')
+    elif v["fault_type"] == "inconclusive":
+        head = (f'<div class="verdict warn"><span class="tag">INCONCLUSIVE</span> '
+                f'{_e(v.get("reason") or "not enough evidence for a verdict")}</div>')
     else:
         head = '<div class="verdict ok"><span class="tag">HEALTHY</span> no sustained anomaly in the monitors</div>'
     facts = [

@@ -42,6 +42,8 @@ def verdict_line(summary: dict) -> str:
         conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
         return (f"[bold red]ANOMALOUS[/]: {escape(str(v['fault_type']))}{conf_s}, "
                 f"earliest anomalous step {_fmt_step(v['earliest_step'])}")
+    if v["fault_type"] == "inconclusive":
+        return f"[bold yellow]INCONCLUSIVE[/]: {escape(str(v.get('reason') or 'not enough evidence for a verdict'))}"
     return "[bold green]HEALTHY[/]: no sustained anomaly in the monitors"
 
 
