@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,8 +238,8 @@ def find_config(ckpt_path: Path, run_dir: Path, *, run_folder: Path | None = Non
         return load_config_file(folder / CONFIG_NAME), str(folder / CONFIG_NAME)
     if hparams:
         return _plain(hparams), f"{ckpt_path} (hyper_parameters)"
-    run_dir = Path(run_dir)
-    above = [run_dir.resolve().parents[i] for i in range(min(CONFIG_PARENTS, len(run_dir.resolve().parents)))]
+    run_dir = Path(os.path.abspath(run_dir))  # the parents as the user named them (no symlinks resolved)
+    above = list(run_dir.parents)[:CONFIG_PARENTS]
     for cand in dict.fromkeys([*(p for p in (run_folder,) if p is not None), run_dir, *above]):
         if (cand / CONFIG_NAME).is_file():
             return load_config_file(cand / CONFIG_NAME), str(cand / CONFIG_NAME)

@@ -14,8 +14,8 @@ Which dict holds the weights: a plain state dict is used as is; a dict with a ``
 (Lightning), ``module`` (DeepSpeed) or ``model`` mapping is unwrapped (first match in that order).
 Nested dicts are flattened with dot-joined names; non-tensor leaves are ignored.  Names are kept as
 stored (a Lightning ``model.`` prefix included): layout resolution interprets them.  A Lightning
-checkpoint's ``hyper_parameters`` (plain values: the file was loaded with ``weights_only``) are kept
-for the model config (``TorchSource.hyper_parameters``).
+checkpoint's ``hyper_parameters`` are kept for the model config (``TorchSource.hyper_parameters``)
+only when the file was loaded with ``weights_only`` (never under ``--trust-pickle``).
 
 A file that needs a Python module which is not installed (possible only with ``--trust-pickle``) is
 reported as such: the file is fine, the module is missing.
@@ -182,7 +182,7 @@ class TorchSource:
                     self._loaded.pop(old, None)
                 self._legacy = {rel}
             obj = load_file(path, self._trust)
-            if isinstance(obj, Mapping) and isinstance(obj.get(HPARAMS_KEY), Mapping):
+            if not self._trust and isinstance(obj, Mapping) and isinstance(obj.get(HPARAMS_KEY), Mapping):
                 self._hparams[rel] = obj[HPARAMS_KEY]
             self._loaded[rel] = extract_state_dict(obj, path)
         return self._loaded[rel]
