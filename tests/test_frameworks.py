@@ -229,3 +229,28 @@ def test_deepspeed_under_hf_trainer_reads_the_tag_folder(tmp_path):
     with open_checkpoint(ck) as src:
         assert src.format == "deepspeed-zero3"
     assert [c.step for c in discover_run(tmp_path / "run").checkpoints] == [2]
+
+
+def test_tensorboard_log_without_the_package_is_one_note(tmp_path, monkeypatch):
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"\x00" * 16)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # import fails as if not installed
+    curve = logs.read_log(logs.find_log(tmp_path))
+    assert len(curve) == 0 and len(curve.notes) == 1 and "pip install 'ckptscan[tensorboard]'" in curve.notes[0]
+
+
+def test_config_flag_json_and_toml(tmp_path):
+    from tests.runs import make_run
+
+    root = make_run(tmp_path / "run", n=2)
+    cfg = json.loads((root / "config.json").read_text())
+    (root / "config.json").unlink()
+    (tmp_path / "model.json").write_text(json.dumps(cfg))
+    (tmp_path / "model.toml").write_text(f"[model]\nheads = {cfg['num_attention_heads']}\n"
+                                         f"kv_heads = {cfg['num_key_value_heads']}\n")
+    for flag in ("model.json", "model.toml"):
+        res = run(root, tmp_path / f"out-{flag}", config_file=tmp_path / flag)
+        assert res.summary["checkpoints"]["analyzed"] == 2, flag
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    out = CliRunner().invoke(main, ["analyze", str(root), "-o", str(tmp_path / "o"), "--config",
+                                    str(tmp_path / "bad.json")])
+    assert out.exit_code == 2 and "not a JSON object" in out.output
