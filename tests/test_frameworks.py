@@ -233,7 +233,8 @@ def test_deepspeed_under_hf_trainer_reads_the_tag_folder(tmp_path):
 
 def test_tensorboard_log_without_the_package_is_one_note(tmp_path, monkeypatch):
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"\x00" * 16)
-    monkeypatch.setitem(sys.modules, "tensorboard", None)  # import fails as if not installed
+    for name in [n for n in sys.modules if n.split(".")[0] == "tensorboard"] + ["tensorboard"]:
+        monkeypatch.setitem(sys.modules, name, None)  # imports fail as if it were not installed
     curve = logs.read_log(logs.find_log(tmp_path))
     assert len(curve) == 0 and len(curve.notes) == 1 and "pip install 'ckptscan[tensorboard]'" in curve.notes[0]
 
