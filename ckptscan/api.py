@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptscan import __version__
+from ckptscan import __version__, logs
 from ckptscan.activation_stage import add_churn_final
-from ckptscan.discover import Checkpoint, Skipped, discover, no_checkpoints_error
-from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_INPUT, UsageError
+from ckptscan.discover import Checkpoint, Skipped, discover_run, no_checkpoints_error
+from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_INPUT, InputError, UsageError
+from ckptscan.layouts import load_config_file
 from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
 from ckptscan.timeline import Timeline, assemble, atomic_write
 
@@ -85,6 +86,9 @@ def analyze(
     replay_pattern: str | None = None,
     log_file: str | Path | None = None,
     baseline: str | Path | None = None,
+    config_file: str | Path | None = None,
+    heads: int | None = None,
+    kv_heads: int | None = None,
     on_progress: Callable[[int, int, Checkpoint, str], None] | None = None,
     debug: bool = False,
     command: list[str] | None = None,
@@ -93,6 +97,8 @@ def analyze(
 
     Nothing is written inside ``run_dir``: results go to ``out_dir`` (default
     ``./ckptscan-out/<run-name>/``).  Re-running reuses every unchanged checkpoint's stored part.
+    ``config_file`` is an HF config.json (or a layout TOML, then it is the layout file); ``heads`` and
+    ``kv_heads`` override the head counts of any config.
     """
     t0 = time.time()
     run_dir = Path(run_dir)
@@ -100,7 +106,9 @@ def analyze(
     check_out_dir(out, run_dir)
     if layout_file is not None and not Path(layout_file).is_file():
         raise UsageError(f"--layout {layout_file}: no such file")
-    ckpts, skipped = discover(run_dir, step_regex=step_regex, steps=steps, every=every)
+    layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
+    found = discover_run(run_dir, step_regex=step_regex, steps=steps, every=every)
+    ckpts, skipped = found.checkpoints, found.skipped
     if not ckpts:
         raise no_checkpoints_error(run_dir, skipped, steps=steps, step_regex=step_regex)
     options = Options(
@@ -109,7 +117,12 @@ def analyze(
         layout_file=Path(layout_file) if layout_file else None,
         replay=replay,
         replay_pattern=replay_pattern,
+        config_file=config_file,
+        model_overrides=overrides,
+        run_folder=found.run_folder,
     )
+    if log_file is None:
+        log_file = logs.find_log(found.run_folder, None, found.framework.logs if found.framework else ())
     out.mkdir(parents=True, exist_ok=True)
 
     def progress(i, ck, status):
@@ -130,8 +143,8 @@ def analyze(
     judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline, analyze_kwargs={
         "out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
         "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
-        "replay_pattern": replay_pattern,
-    })
+        "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads, "kv_heads": kv_heads,
+    }, checkpoint_steps=found.all_steps)
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
         first = skipped_run[0] if skipped_run else skipped[0]
         judgement["verdict"].update(fault_type="inconclusive", confidence=0.0, reason=(
@@ -150,6 +163,9 @@ def analyze(
             "reused": sum(r.reused for r in results),
             "steps": [r.step for r in results],
             "skipped": [s.as_dict() for s in skipped],
+            "framework": found.framework.name if found.framework else None,
+            "run_folder": str(found.run_folder),
+            "notes": found.notes,
         },
         "monitors": timeline.names(),
         "findings": findings,
@@ -159,6 +175,40 @@ def analyze(
     result = Result(run_dir, out, summary, timeline, skipped)
     atomic_write(out / "summary.json", result.to_json())
     return result
+
+
+def model_inputs(config_file, layout_file, heads, kv_heads) -> tuple[Path | None, Path | None, dict]:
+    """``--config``/``--layout``/``--heads``/``--kv-heads`` checked: (layout file, config file, config
+    overrides).  A ``--config`` TOML is a layout file; a JSON one must be a readable config.json."""
+    layout_file, config_file = _config_or_layout(config_file, layout_file)
+    return layout_file, config_file, _head_overrides(heads, kv_heads)
+
+
+def _config_or_layout(config_file, layout_file) -> tuple[Path | None, Path | None]:
+    if config_file is None:
+        return layout_file, None
+    config_file = Path(config_file)
+    if not config_file.is_file():
+        raise UsageError(f"--config {config_file}: no such file")
+    if config_file.suffix == ".toml":
+        if layout_file is not None:
+            raise UsageError("--config FILE.toml is a layout file: give it or --layout, not both")
+        return config_file, None
+    try:
+        load_config_file(config_file)
+    except InputError as e:
+        raise UsageError(f"--config {e}") from None
+    return layout_file, config_file
+
+
+def _head_overrides(heads: int | None, kv_heads: int | None) -> dict:
+    out = {}
+    for key, value, flag in (("num_attention_heads", heads, "--heads"), ("num_key_value_heads", kv_heads, "--kv-heads")):
+        if value is not None:
+            if value < 1:
+                raise UsageError(f"{flag} {value}: must be >= 1")
+            out[key] = value
+    return out
 
 
 def load_result(out_dir: str | Path) -> Result:

@@ -75,6 +75,10 @@ def _common_analysis_options(fn):
                      help="Where the maths runs; auto takes CUDA when present."),
         click.option("--layout", "layout_file", type=click.Path(dir_okay=False, path_type=Path),
                      help="TOML file mapping tensor-name regexes to roles, for architectures ckptscan does not know (docs/layouts.md)."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Model config for checkpoints that carry none: an HF config.json, or a layout TOML (as --layout)."),
+        click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config)."),
+        click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (grouped-query attention; overrides any config)."),
         click.option("--trust-pickle", is_flag=True,
                      help="Allow torch files that need arbitrary unpickling. DANGEROUS: this executes code from the checkpoint; only for files you trust. Without it such files are refused."),
         click.option("--replay/--no-replay", default=True, show_default=True, help="Use replay activation files when the run has them."),
@@ -102,8 +106,9 @@ def _common_analysis_options(fn):
                    "unreadable input, 5 when inconclusive, never 1; never: always 0.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; only the verdict line.")
 @handle_errors
-def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, trust_pickle, replay, replay_pattern,
-            log_file, baseline, debug, as_json, html_file, junit_file, fail_on, quiet):
+def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, config_file, heads, kv_heads,
+            trust_pickle, replay, replay_pattern, log_file, baseline, debug, as_json, html_file, junit_file,
+            fail_on, quiet):
     """Analyse the checkpoints of RUN_DIR and report the earliest anomalous step and the fault class.
 
     Results (timeline.h5, summary.json) go to ./ckptscan-out/<run-name>/; re-running resumes and
@@ -122,7 +127,8 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, tru
         result = run(
             run_dir, out_dir=out_dir, steps=steps, every=every, step_regex=step_regex, device=device,
             layout_file=layout_file, trust_pickle=trust_pickle, replay=replay, replay_pattern=replay_pattern,
-            log_file=log_file, baseline=baseline, on_progress=on_progress, debug=debug,
+            log_file=log_file, baseline=baseline, config_file=config_file, heads=heads, kv_heads=kv_heads,
+            on_progress=on_progress, debug=debug,
             command=["ckptscan", *sys.argv[1:]],
         )
     emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console())
@@ -162,17 +168,23 @@ class _progress:
 @main.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--layout", "layout_file", type=click.Path(dir_okay=False, path_type=Path), help="User layout file (TOML).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Model config (HF config.json or a layout TOML).")
+@click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config).")
+@click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (overrides any config).")
 @click.option("--trust-pickle", is_flag=True, help="Allow torch files that need arbitrary unpickling (executes code: only for trusted files).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--all-tensors", is_flag=True, help="Also list every tensor in the checkpoint.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def inspect(checkpoint, layout_file, trust_pickle, as_json, all_tensors, debug):
+def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle, as_json, all_tensors, debug):
     """Show what ckptscan finds in one CHECKPOINT: format, architecture, per-layer tensors, heads."""
+    from ckptscan.api import model_inputs
     from ckptscan.inspect import describe_checkpoint
     from ckptscan.report.terminal import print_inspect
 
-    info = describe_checkpoint(checkpoint, layout_file=layout_file, trust_pickle=trust_pickle, all_tensors=all_tensors)
+    layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
+    info = describe_checkpoint(checkpoint, layout_file=layout_file, trust_pickle=trust_pickle, all_tensors=all_tensors,
+                               config_file=config_file, model_overrides=overrides)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -4,8 +4,11 @@ This is the yardstick the checkpoint monitors must beat: what a team sees today 
 grad-norm curves.  Three pieces:
 
 * ``find_log`` / ``read_log``: the loss curve of a run, from HF ``trainer_state.json``
-  (``log_history``), JSON lines (``metrics.jsonl`` or any ``*.jsonl``: objects with ``step`` and
-  ``loss``, optional ``grad_norm`` and ``lr``/``learning_rate``) or CSV with those columns.  A bad
+  (``log_history``; its end-of-training summary record is not a step's loss), JSON lines
+  (``metrics.jsonl`` or any ``*.jsonl``: objects with ``step`` and ``loss``, optional ``grad_norm``
+  and ``lr``/``learning_rate``), CSV with those columns (Lightning's ``metrics.csv``), or TensorBoard
+  event files (read with the ``tensorboard`` package, an optional extra).  Where a framework's tree
+  was recognised, its own log locations are searched first (``ckptscan/frameworks.py``).  A bad
   line is skipped with a note; reading a log never raises on its content.
 * ``divergence_step``: when the loss diverged (the drills' ``divergence_step`` uses the same rule).
 * ``log_only_alarm``: the spike rule of OLMo-core's stability monitor (a loss or grad-norm value
@@ -19,6 +22,7 @@ was NaN/Inf because strict JSON has no NaN.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import math
 import re
@@ -26,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from ckptscan.discover import CONTAINER_DIRS, glob_under
 
 # --- the divergence rule (shared with ckptscan/drills; documented in docs/detection.md) ----------
 EMA_BETA = 0.9  # smoothing of the loss: ema_t = beta * ema_{t-1} + (1 - beta) * loss_t
@@ -38,9 +44,19 @@ SPIKE_MIN_STD = 1e-10  # no alarm where the window's std is below this (a flat w
 MAX_LISTED_ALARMS = 200  # summary.json lists at most this many log-only alarm steps
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
-LOSS_KEYS = ("loss", "train_loss", "train/loss", "lm_loss", "train/ce_loss")
+LOSS_KEYS = ("loss", "train_loss", "train/loss", "lm_loss", "train/ce_loss", "train_loss_step",
+             "reduced_train_loss")
 GRAD_KEYS = ("grad_norm", "gradient_norm", "train/grad_norm", "optim/total_grad_norm")
 LR_KEYS = ("lr", "learning_rate", "train/learning_rate", "optim/LR (group 0)")
+# TensorBoard scalar tags, first present wins: the keys above, then Megatron's and torchtitan's tags
+TB_LOSS_TAGS = LOSS_KEYS + ("lm loss", "loss_metrics/global_avg_loss")
+TB_GRAD_TAGS = GRAD_KEYS + ("grad-norm",)
+TB_LR_TAGS = LR_KEYS + ("learning-rate",)
+TB_EVENTS = "events.out.tfevents.*"
+TB_MISSING = ("TensorBoard event files need the 'tensorboard' package: pip install 'ckptscan[tensorboard]', "
+              "or pass --log with a JSONL/CSV log")
+# HF Trainer's end-of-training record (mean train_loss, runtime...): not the loss of its step
+TRAINER_SUMMARY_KEYS = ("train_runtime", "train_samples_per_second")
 
 LOG_NAMES = ("metrics.jsonl", "log.jsonl", "train.jsonl", "metrics.csv", "log.csv", "progress.csv")
 
@@ -129,15 +145,46 @@ def log_only_alarm(curve: LossCurve, **kw) -> int | None:
 # finding and reading
 
 
-def find_log(run_dir: str | Path, log_file: str | Path | None = None) -> Path | None:
-    """The run's training log: ``log_file`` if given, else the newest ``trainer_state.json`` (the run
-    root's or a checkpoint folder's, whichever logs the later step), else a metrics JSONL/CSV file
-    at the run root.  ``None`` when the run has no log."""
+def find_log(run_dir: str | Path, log_file: str | Path | None = None, patterns: tuple[str, ...] = ()) -> Path | None:
+    """The run's training log: ``log_file`` if given; else the first of ``patterns`` (a framework's log
+    globs, relative to the run folder) that matches; else the newest ``trainer_state.json`` (the run
+    root's or a checkpoint folder's, whichever logs the later step), else a metrics JSONL/CSV file or
+    TensorBoard event files at the run root.  A run folder named like a checkpoint container
+    (``checkpoints/``) is searched, then its parent.  ``None`` when the run has no log.
+
+    For TensorBoard the folder holding the newest event file is returned: all its event files are read
+    (a resumed run writes one file per restart)."""
     if log_file is not None:
         return Path(log_file)
     run = Path(run_dir)
     if not run.is_dir():
         return None
+    for pattern in patterns:
+        if Path(pattern).name == "trainer_state.json":
+            found = _trainer_state_log(run)
+        else:
+            found = _newest(glob_under(run, pattern))
+        if found is not None:
+            return found
+    folders = [run, run.parent] if run.name in CONTAINER_DIRS else [run]
+    for folder in folders:
+        found = _trainer_state_log(folder) or _generic_log(folder)
+        if found is not None:
+            return found
+    return None
+
+
+def _newest(paths: list[Path]) -> Path | None:
+    files = [p for p in paths if p.is_file()]
+    if not files:
+        return None
+    events = [p for p in files if fnmatch.fnmatch(p.name, TB_EVENTS)]
+    if events:
+        return max(events, key=lambda p: (p.stat().st_mtime, p.name)).parent
+    return min(files)
+
+
+def _trainer_state_log(run: Path) -> Path | None:
     states = []
     if (run / "trainer_state.json").is_file():
         states.append((_last_logged_step(run / "trainer_state.json"), 1, run / "trainer_state.json"))
@@ -150,8 +197,10 @@ def find_log(run_dir: str | Path, log_file: str | Path | None = None) -> Path | 
     if ck:
         newest = max(ck)[1]
         states.append((_last_logged_step(newest), 0, newest))
-    if states:
-        return max(states)[2]
+    return max(states)[2] if states else None
+
+
+def _generic_log(run: Path) -> Path | None:
     for name in LOG_NAMES:
         if (run / name).is_file():
             return run / name
@@ -159,7 +208,7 @@ def find_log(run_dir: str | Path, log_file: str | Path | None = None) -> Path | 
         cands = sorted(run.glob(pattern))
         if cands:
             return cands[0]
-    return None
+    return _newest(list(run.glob(TB_EVENTS)))
 
 
 def _last_logged_step(path: Path) -> int:
@@ -175,6 +224,8 @@ def read_log(path: str | Path) -> LossCurve:
     note; bad lines are skipped with a note (at most a few are named, then counted)."""
     path = Path(path)
     notes: list[str] = []
+    if path.is_dir() or fnmatch.fnmatch(path.name, TB_EVENTS):
+        return _curve(path, _rows_tensorboard(path, notes), notes)
     try:
         text = path.read_text(errors="replace")
     except OSError as e:
@@ -188,12 +239,13 @@ def read_log(path: str | Path) -> LossCurve:
     return _curve(path, rows, notes)
 
 
-def load_curve(run_dir: str | Path, log_file: str | Path | None = None) -> LossCurve | None:
+def load_curve(run_dir: str | Path, log_file: str | Path | None = None,
+               patterns: tuple[str, ...] = ()) -> LossCurve | None:
     """``read_log(find_log(...))``, or ``None`` when the run has no log."""
-    p = find_log(run_dir, log_file)
+    p = find_log(run_dir, log_file, patterns)
     if p is None:
         return None
-    if not p.is_file():
+    if not p.exists():
         return LossCurve(p, np.zeros(0, np.int64), np.zeros(0), notes=[f"{p}: no such log file"])
     return read_log(p)
 
@@ -310,6 +362,8 @@ def _rows_trainer_state(text: str, path: Path, notes: list[str]) -> list[dict]:
         try:
             if not isinstance(obj, dict):
                 raise _Bad("not an object")
+            if any(k in obj for k in TRAINER_SUMMARY_KEYS):
+                continue
             r = _row(obj, null_is_nan=True)
         except _Bad as e:
             sink.add(f"log_history[{i}]", str(e))
@@ -348,6 +402,43 @@ def _rows_csv(text: str, path: Path, notes: list[str]) -> list[dict]:
     return rows
 
 
+def _rows_tensorboard(path: Path, notes: list[str]) -> list[dict]:
+    """Scalars of TensorBoard event files (a file, or every event file of a folder, in order; a
+    restart that goes back in steps drops the orphaned later points, as TensorBoard does)."""
+    try:
+        from tensorboard.backend.event_processing import event_accumulator as ea
+        from tensorboard.util import tensor_util
+    except ImportError:
+        notes.append(f"{path}: {TB_MISSING}")
+        return []
+    acc = ea.EventAccumulator(str(path), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
+    try:
+        acc.Reload()
+    except Exception as e:  # noqa: BLE001 -- a damaged event file: a note, never a crash
+        notes.append(f"{path.name}: not readable as TensorBoard events ({type(e).__name__}: {e})")
+        return []
+    series: dict[str, dict[int, float]] = {}
+    tags = acc.Tags()
+    for tag in tags.get(ea.SCALARS, []):
+        series[tag] = {int(e.step): float(e.value) for e in acc.Scalars(tag)}
+    for tag in tags.get(ea.TENSORS, []):
+        vals = {int(e.step): tensor_util.make_ndarray(e.tensor_proto) for e in acc.Tensors(tag)}
+        if vals and all(v.size == 1 for v in vals.values()):
+            series.setdefault(tag, {s: float(v.reshape(-1)[0]) for s, v in vals.items()})
+    loss_tag = next((t for t in TB_LOSS_TAGS if t in series), None)
+    if loss_tag is None:
+        notes.append(f"{path.name}: no loss scalar among its tags (looked for {', '.join(TB_LOSS_TAGS)})")
+        return []
+    extra = {key: next((series[t] for t in names if t in series), {})
+             for key, names in (("grad_norm", TB_GRAD_TAGS), ("lr", TB_LR_TAGS))}
+    rows = []
+    for step, loss in sorted(series[loss_tag].items()):
+        row = {"step": step, "loss": loss}
+        row.update({k: v[step] for k, v in extra.items() if step in v})
+        rows.append(row)
+    return rows
+
+
 def _curve(path: Path, rows: list[dict], notes: list[str]) -> LossCurve:
     by_step: dict[int, dict] = {}
     for r in rows:  # a re-logged step (resume after restart) keeps its last record
@@ -364,6 +455,25 @@ def _curve(path: Path, rows: list[dict], notes: list[str]) -> LossCurve:
     if len(rows) != n:
         notes.append(f"{path.name}: {len(rows) - n} re-logged steps; kept the last record of each")
     return LossCurve(path, np.asarray(steps, dtype=np.int64), loss, col("grad_norm"), col("lr"), notes)
+
+
+def alignment_problem(log_steps, checkpoint_steps) -> str | None:
+    """Why the checkpoints' steps cannot be compared with the log's steps (one line), or ``None``.
+
+    Checkpoints are saved along the run the log records: the newest one lies within two save
+    intervals (at least a tenth of the logged span) of the log's last step, and none lies more than
+    one save interval past it.  Steps that count saves (accelerate's automatic ``checkpoint_<i>``), or
+    a log from another run, fail this."""
+    c = np.unique(np.asarray(checkpoint_steps, dtype=np.int64))
+    logged = np.asarray(log_steps, dtype=np.int64)
+    if len(c) == 0 or len(logged) == 0:
+        return None
+    gap = int(np.median(np.diff(c))) if len(c) > 1 else max(int(c[0]), 1)
+    first, last = int(logged.min()), int(logged.max())
+    if c[-1] <= last + gap and last - c[-1] <= max(2 * gap, (last - first) / 10):
+        return None
+    return (f"checkpoint steps {c[0]}..{c[-1]} and logged steps {first}..{last} cannot be aligned (the "
+            f"checkpoints' numbers may count saves, or the log is another run's): lead time not reported")
 
 
 # =================================================================================================

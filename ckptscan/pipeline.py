@@ -28,13 +28,14 @@ import torch
 from ckptscan import monitors as registry
 from ckptscan.activation_stage import ReplayState, activation_values
 from ckptscan.discover import Checkpoint, Skipped
-from ckptscan.errors import CkptscanError, InputError, LayoutError, ReplayError
-from ckptscan.layouts import resolve_layout
+from ckptscan.errors import CkptscanError, LayoutError, ReplayError
+from ckptscan.layouts import find_config, resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams, Workspace
 from ckptscan.monitors.numerics import nonfinite_count
 from ckptscan.readers import open_checkpoint
+from ckptscan.readers.torchfile import TorchSource
 from ckptscan.replay import find_replay
 from ckptscan.timeline import load_part, save_part
 
@@ -49,6 +50,9 @@ class Options:
     layout_file: Path | None = None
     replay: bool = True
     replay_pattern: str | None = None
+    config_file: Path | None = None  # --config (an HF config.json)
+    model_overrides: dict = field(default_factory=dict)  # --heads/--kv-heads as config keys
+    run_folder: Path | None = None  # the framework's run folder (a Lightning version_N), searched for config.json
 
 
 class _Weights:
@@ -105,22 +109,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def load_config(ckpt_path: Path, run_dir: Path) -> tuple[dict | None, Path | None]:
-    """config.json of the checkpoint folder, else of the run folder; invalid JSON is an InputError."""
-    folder = ckpt_path if ckpt_path.is_dir() else ckpt_path.parent
-    for cand in (folder / "config.json", run_dir / "config.json"):
-        if cand.is_file():
-            try:
-                cfg = json.loads(cand.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise InputError(f"invalid config.json: {e}", cand) from None
-            if not isinstance(cfg, dict):
-                raise InputError("invalid config.json: not a JSON object", cand)
-            return cfg, cand
-    return None, None
+def checkpoint_config(ckpt_path: Path, src, run_dir: Path, opt: Options) -> tuple[dict | None, str | None]:
+    """The checkpoint's model config and where it came from (``layouts.find_config``)."""
+    hparams = src.hyper_parameters() if isinstance(src, TorchSource) else None
+    return find_config(ckpt_path, run_dir, run_folder=opt.run_folder, config_file=opt.config_file,
+                       hparams=hparams)
 
 
-def file_identity(src, config_path: Path | None) -> dict:
+def file_identity(src, config_path: str | None) -> dict:
     """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
     folder = Path(src.path)
     base = folder if folder.is_dir() else folder.parent
@@ -133,8 +129,8 @@ def file_identity(src, config_path: Path | None) -> dict:
             ident[rel] = [st.st_size, st.st_mtime_ns]
         except OSError:
             ident[rel] = None
-    if config_path is not None:
-        st = config_path.stat()
+    if config_path is not None and Path(config_path).is_file():
+        st = Path(config_path).stat()
         ident["<config>"] = [str(config_path), st.st_size, st.st_mtime_ns]
     return ident
 
@@ -160,14 +156,15 @@ class Analyzer:
     # -- one checkpoint ---------------------------------------------------------------------
     def process(self, ckpt: Checkpoint) -> CheckpointResult:
         """Analyse one checkpoint (or reuse its stored part).  Raises CkptscanError on bad input."""
-        config, config_path = load_config(ckpt.path, self.run_dir)
         replay_path = find_replay(ckpt.path, ckpt.step, self.run_dir, self.opt.replay_pattern) if self.opt.replay else None
         with open_checkpoint(ckpt.path, trust_pickle=self.opt.trust_pickle) as src:
+            config, config_path = checkpoint_config(ckpt.path, src, self.run_dir, self.opt)
             identity = {
                 "version": ANALYSIS_VERSION,
                 "files": file_identity(src, config_path),
                 "replay": _stat_identity(replay_path),
                 "layout_file": self.layout_key,
+                "model_overrides": self.opt.model_overrides or None,
                 "prev": self.prev.identity["files"] if self.prev else None,
                 "prev_replay": self.prev.identity["replay"] if self.prev else None,
                 "prev_step": self.prev.ckpt.step if self.prev else None,
@@ -175,7 +172,9 @@ class Analyzer:
             part = self.parts_dir / f"step_{ckpt.step:012d}.npz"
             stored = self._try_reuse(part, identity)
             infos = src.infos()
-            layout = resolve_layout(infos, config, self.opt.layout_file)
+            layout = resolve_layout(infos, config, self.opt.layout_file, self.opt.model_overrides)
+            if config_path is not None:
+                layout.notes.append(f"model config from {config_path}")
             if self.layout_desc is None:
                 self.layout_desc = layout.describe()
             if stored is not None:
@@ -235,14 +234,14 @@ class Analyzer:
             yield None
             return
         try:
-            config, _ = load_config(self.prev.ckpt.path, self.run_dir)
             src = open_checkpoint(self.prev.ckpt.path, trust_pickle=self.opt.trust_pickle)
         except CkptscanError:
             yield None
             return
         with src:
             try:
-                layout = resolve_layout(src.infos(), config, self.opt.layout_file)
+                config, _ = checkpoint_config(self.prev.ckpt.path, src, self.run_dir, self.opt)
+                layout = resolve_layout(src.infos(), config, self.opt.layout_file, self.opt.model_overrides)
             except CkptscanError:
                 yield None
                 return

@@ -52,10 +52,20 @@ def _clean(o):
 
 
 def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None,
-          params: detect.Params = detect.Params(), loss: dict | None = None) -> dict:
-    """``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
+          checkpoint_steps=None, params: detect.Params = detect.Params(), loss: dict | None = None) -> dict:
+    """``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
+    against the log's steps; when they cannot be aligned the lead time is not reported.
+    ``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
     ``logs.summarize`` result already at hand (it is read from the run otherwise)."""
     loss = loss if loss is not None else logs.summarize(run_dir, log_file)
+    log = dict(loss["log"])
+    curve = loss["curve"]
+    misaligned = None
+    if curve is not None:
+        ck = timeline.steps if checkpoint_steps is None else checkpoint_steps
+        misaligned = logs.alignment_problem(curve.steps, ck)
+        log["aligned"] = misaligned is None
+        log["notes"] = [*log["notes"], *([misaligned] if misaligned else [])]
     reference, ref_out = (None, None)
     if baseline is not None:
         reference, ref_out = _reference_timeline(baseline, analyze_kwargs)
@@ -68,7 +78,7 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
     div = loss["divergence_step"]
     log_alarm = loss["log_only_alarm_step"]
     earliest = verdict["earliest_step"]
-    lead = div - earliest if (div is not None and earliest is not None) else None
+    lead = div - earliest if (div is not None and earliest is not None and not misaligned) else None
     log_lead = div - log_alarm if (div is not None and log_alarm is not None) else None
     out = {
         "verdict": verdict,
@@ -80,7 +90,7 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
         "lead_time_steps": lead,
         "log_only_lead_time_steps": log_lead,
         "alarms": detect.first_alarms_by_monitor(alarms),
-        "log": loss["log"],
+        "log": log,
         "detection": {"baseline": "reference-run" if reference is not None else "self", "coverage": coverage,
                       "reference_run": str(baseline) if baseline is not None else None,
                       "reference_out": ref_out, **vars(params)},

@@ -115,8 +115,10 @@ def test_llama_gqa_exact_and_no_router():
 
 def test_llama_without_config_needs_heads():
     sd = hf_llama_sd(heads())
-    with pytest.raises(LayoutError, match="num_attention_heads"):
+    with pytest.raises(LayoutError, match=r"pass --heads N \(and --kv-heads G\), or --config PATH"):
         resolve_layout(infos_of(sd), None)
+    lay = resolve_layout(infos_of(sd), None, overrides={"num_attention_heads": 4, "num_key_value_heads": 2})
+    assert (lay.attention[0].n_heads, lay.attention[0].n_kv_heads) == (4, 2)
 
 
 def test_rope_parameters_and_head_dim_fallback():

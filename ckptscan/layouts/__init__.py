@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import LayoutError
 from ..readers.base import TensorInfo
 from .base import AttnBlock, Layout, ModelConfig, Read, RouterBlock
-from .config import ConfigFacts, read_config
+from .config import ConfigFacts, find_config, load_config_file, read_config
 from .families import BY_NAME, FAMILIES, Family
 from .resolve import Builder, Matches, NameIndex, detect
 from .userfile import UserLayout, load_layout_file, match_roles
@@ -26,6 +26,8 @@ __all__ = [
     "ModelConfig",
     "Read",
     "RouterBlock",
+    "find_config",
+    "load_config_file",
     "load_layout_file",
     "read_config",
     "resolve_layout",
@@ -36,13 +38,15 @@ _SAMPLE = 8
 
 
 def resolve_layout(infos: dict[str, TensorInfo], config: dict | None,
-                   layout_file: Path | str | None = None) -> Layout:
-    """Resolve the layout of one checkpoint from its tensor headers, its config and an optional
-    user layout file.  Raises ``LayoutError`` (one line) when it cannot, or when shapes disagree."""
+                   layout_file: Path | str | None = None, overrides: dict | None = None) -> Layout:
+    """Resolve the layout of one checkpoint from its tensor headers, its config, an optional user
+    layout file and ``overrides`` (canonical config keys from ``--heads``/``--kv-heads``, which win).
+    Raises ``LayoutError`` (one line) when it cannot, or when shapes disagree."""
     user = load_layout_file(layout_file) if layout_file is not None else None
     merged = dict(config or {})
     if user is not None:
         merged.update(user.config)
+    merged.update(overrides or {})
     facts = read_config(merged)
 
     if user is not None and user.roles:

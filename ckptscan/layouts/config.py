@@ -4,6 +4,11 @@ Checkpoints come with HF ``config.json`` files (LLaMA, Mixtral, Qwen, DeepSeek, 
 Meta/Mistral ``params.json``, Megatron argument names, or OLMo-core's nested training config.  Each
 fact has a short list of aliases, tried in order, so a new dialect is one more alias, not a branch.
 
+Where the config comes from (``find_config``), first found wins: ``--config FILE``; ``config.json``
+in the checkpoint folder; the checkpoint's own Lightning ``hyper_parameters``; ``config.json`` in the
+run folder (a Lightning ``version_N``), the run root and up to ``CONFIG_PARENTS`` folders above it.
+``--heads``/``--kv-heads`` (``model_overrides``) then override the head counts.
+
 Values are looked up at the top level first, then breadth-first in nested dicts (``text_config`` of
 multimodal HF models, OLMo-core's ``model.block.attention``...), skipping vision/audio sub-configs
 so a vision tower's ``hidden_size`` never shadows the language model's.
@@ -11,9 +16,18 @@ so a vision tower's ``hidden_size`` never shadows the language model's.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from ..errors import InputError
+
+CONFIG_PARENTS = 3  # folders above the run root searched for config.json
+CONFIG_NAME = "config.json"
 
 # fact -> aliases, first hit wins.  Keep canonical HF names first: a layout file's [model] table is
 # merged into the config under these canonical names and must take precedence.
@@ -188,3 +202,45 @@ def _lookup_dict(dicts: list[dict], keys: tuple[str, ...]) -> dict | None:
             if isinstance(d.get(k), dict):
                 return dict(d[k])
     return None
+
+
+def load_config_file(path: Path) -> dict:
+    """A config.json as a dict; anything else is an InputError naming the file."""
+    try:
+        cfg = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"invalid config.json: {e}", path) from None
+    if not isinstance(cfg, dict):
+        raise InputError("invalid config.json: not a JSON object", path)
+    return cfg
+
+
+def _plain(v: Any) -> Any:
+    """The JSON-like part of a hyper-parameter value (numbers, strings, nested dicts and lists)."""
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items() if _plain(x) is not None}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v if isinstance(v, (str, int, float, bool)) else None
+
+
+def find_config(ckpt_path: Path, run_dir: Path, *, run_folder: Path | None = None,
+                config_file: Path | None = None, hparams: Mapping | None = None) -> tuple[dict | None, str | None]:
+    """The model config of one checkpoint and where it came from (module docstring), or (None, None).
+
+    ``hparams`` are a Lightning checkpoint's ``hyper_parameters`` as loaded with ``weights_only``; only
+    their plain values are used."""
+    if config_file is not None:
+        return load_config_file(config_file), str(config_file)
+    ckpt_path = Path(ckpt_path)
+    folder = ckpt_path if ckpt_path.is_dir() else ckpt_path.parent
+    if (folder / CONFIG_NAME).is_file():
+        return load_config_file(folder / CONFIG_NAME), str(folder / CONFIG_NAME)
+    if hparams:
+        return _plain(hparams), f"{ckpt_path} (hyper_parameters)"
+    run_dir = Path(os.path.abspath(run_dir))  # the parents as the user named them (no symlinks resolved)
+    above = list(run_dir.parents)[:CONFIG_PARENTS]
+    for cand in dict.fromkeys([*(p for p in (run_folder,) if p is not None), run_dir, *above]):
+        if (cand / CONFIG_NAME).is_file():
+            return load_config_file(cand / CONFIG_NAME), str(cand / CONFIG_NAME)
+    return None, None

@@ -201,9 +201,9 @@ class Builder:
     def _need_heads(self, name: str) -> int:
         if self.facts.n_heads is None:
             raise LayoutError(f"{name}: the number of attention heads cannot be read from the shapes of "
-                              f"a {self.fam.name} checkpoint; give config.json (num_attention_heads, "
-                              f"num_key_value_heads) or a layout file with [model] heads/kv_heads "
-                              f"(--layout, see docs/layouts.md)")
+                              f"a {self.fam.name} checkpoint and no config gives it; pass --heads N "
+                              f"(and --kv-heads G), or --config PATH (an HF config.json, or a layout file as "
+                              f"for --layout)")
         return self.facts.n_heads
 
     def _norm(self, role: str, layer: int, n: int, h: int, proj: str) -> Src | None:

@@ -15,9 +15,14 @@ torch shards, ``.metadata`` of a DCP folder, ``*.bin``/``*.pt``/``*.pth``/``*.ck
 3. DCP: a ``.metadata`` file or ``*.distcp`` files;
 4. torch index: ``pytorch_model.bin.index.json``, else the only ``*.bin.index.json``;
 5. torch files: ``pytorch_model.bin``; else every ``pytorch_model-*.bin``; else the only
-   ``mp_rank_*_model_states.pt`` (DeepSpeed); else the only ``consolidated*.pth``; else the only
-   remaining ``*.bin``/``*.pt``/``*.pth``/``*.ckpt``.  Several remaining candidates are ambiguous:
-   open the file you mean directly.
+   ``mp_rank_*_model_states.pt`` (DeepSpeed ZeRO-0/1/2); else the only ``consolidated*.pth``; else the
+   only remaining ``*.bin``/``*.pt``/``*.pth``/``*.ckpt``.  Several remaining candidates are
+   ambiguous: open the file you mean directly;
+6. DeepSpeed ZeRO-3: ``zero_pp_rank_*_model_states.pt`` with their ``*_optim_states.pt``
+   (``deepspeed.py``);
+7. none of these: the weights of a known subfolder, by the rules above: ``model_and_optim/``
+   (OLMo-core), ``weights/`` (NeMo 2), or the DeepSpeed tag named by a ``latest`` file
+   (``global_stepN/`` inside a Hugging Face Trainer checkpoint).
 
 Training-state files that sit next to the weights are never candidates: ``optimizer*``, ``optim*``,
 ``*optim_states*``, ``zero_pp_rank_*``, ``scheduler*``, ``lr_scheduler*``, ``rng_state*``,
@@ -36,6 +41,7 @@ from ckptscan.errors import CkptscanError, FormatError
 from ckptscan.readers._common import check_shards, file_size, load_weight_map, os_error, safe_member
 from ckptscan.readers.base import TensorInfo, TensorSource
 from ckptscan.readers.dcp import METADATA_FILE, DcpSource, load_metadata
+from ckptscan.readers.deepspeed import MODEL_STATES, OPTIM_STATES, ZeroSource, rank_files
 from ckptscan.readers.safetensors_ import SafetensorsSource, parse_header
 from ckptscan.readers.torchfile import TorchSource, is_zip
 
@@ -46,14 +52,17 @@ NON_MODEL = (
     "rng_state*", "random_states*", "scaler*", "training_args*", "trainer_state*",
 )  # fmt: skip
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
-LOOKED_FOR = "*.safetensors[.index.json], .metadata/*.distcp (DCP), pytorch_model*.bin[.index.json], *.pt, *.pth, *.ckpt"
+LOOKED_FOR = ("*.safetensors[.index.json], .metadata/*.distcp (DCP), pytorch_model*.bin[.index.json], *.pt, *.pth, "
+              "*.ckpt, DeepSpeed ZeRO-3 rank files")
+WEIGHT_SUBDIRS = ("model_and_optim", "weights")  # OLMo-core, NeMo 2
+DEEPSPEED_TAG_FILE = "latest"  # names the global_stepN folder DeepSpeed saved last
 
 
 @dataclass
 class _Plan:
     """What to open: a format, the index file or the weight files, and the checkpoint path."""
 
-    kind: str  # "st-index" | "st-files" | "dcp" | "torch-index" | "torch-files"
+    kind: str  # "st-index" | "st-files" | "dcp" | "torch-index" | "torch-files" | "zero3"
     path: Path
     files: list[Path] = field(default_factory=list)
     index: Path | None = None
@@ -62,7 +71,7 @@ class _Plan:
     def format(self) -> str:
         if self.kind == "st-files":
             return "safetensors" if len(self.files) == 1 else "safetensors-sharded"
-        return {"st-index": "safetensors-sharded", "dcp": "dcp"}.get(self.kind, "torch")
+        return {"st-index": "safetensors-sharded", "dcp": "dcp", "zero3": "deepspeed-zero3"}.get(self.kind, "torch")
 
 
 def _is_model_file(name: str) -> bool:
@@ -131,7 +140,25 @@ def _plan_folder(folder: Path) -> _Plan | str:
             return f"ambiguous: several candidate weight files ({', '.join(group)}); pass the file you mean"
     if len(st_index) > 1 or len(pt_index) > 1:
         return f"ambiguous: several index files ({', '.join(st_index + pt_index)}); pass the one you mean"
+    if _only(names, MODEL_STATES):
+        return _Plan("zero3", folder)
+    for sub in _weight_subdirs(folder, names):
+        plan = _plan_folder(sub)
+        if isinstance(plan, _Plan):
+            return plan
     return f"no checkpoint files found (looked for {LOOKED_FOR})"
+
+
+def _weight_subdirs(folder: Path, names: list[str]) -> list[Path]:
+    subs = [folder / s for s in WEIGHT_SUBDIRS]
+    if DEEPSPEED_TAG_FILE in names:
+        try:
+            tag = (folder / DEEPSPEED_TAG_FILE).read_text(errors="replace").strip()
+        except OSError:
+            tag = ""
+        if tag:
+            subs.append(safe_member(folder, tag, folder / DEEPSPEED_TAG_FILE))
+    return [s for s in subs if s.is_dir()]
 
 
 def _plan(path: Path) -> _Plan | str:
@@ -179,6 +206,8 @@ def open_checkpoint(path: Path, trust_pickle: bool = False) -> TensorSource:
         return DcpSource(plan.path)
     if plan.kind == "torch-index":
         return TorchSource.from_index(plan.index, trust_pickle=trust_pickle)
+    if plan.kind == "zero3":
+        return ZeroSource(plan.path)
     if plan.path.is_file():
         return TorchSource.from_file(plan.path, trust_pickle=trust_pickle)
     return TorchSource.from_files(plan.path, plan.files, trust_pickle=trust_pickle)
@@ -208,6 +237,14 @@ def _check_complete(plan: _Plan) -> None:
     if plan.kind.startswith("st-"):
         for f in files:
             parse_header(f)
+    elif plan.kind == "zero3":
+        models, optims = rank_files(plan.path, MODEL_STATES), rank_files(plan.path, OPTIM_STATES)
+        if len(optims) != len(models):
+            raise FormatError(f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
+                              f"{len(optims)} optimizer-state files", plan.path)
+        for f in models + optims:
+            if file_size(f) == 0:
+                raise FormatError("file is empty (0 bytes): truncated or interrupted save", f)
     elif plan.kind.startswith("torch-"):
         for f in files:
             if file_size(f) == 0:

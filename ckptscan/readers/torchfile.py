@@ -13,7 +13,12 @@ Returned tensors may share storage with that cache: treat them as read-only (clo
 Which dict holds the weights: a plain state dict is used as is; a dict with a ``state_dict``
 (Lightning), ``module`` (DeepSpeed) or ``model`` mapping is unwrapped (first match in that order).
 Nested dicts are flattened with dot-joined names; non-tensor leaves are ignored.  Names are kept as
-stored (a Lightning ``model.`` prefix included): layout resolution interprets them.
+stored (a Lightning ``model.`` prefix included): layout resolution interprets them.  A Lightning
+checkpoint's ``hyper_parameters`` are kept for the model config (``TorchSource.hyper_parameters``)
+only when the file was loaded with ``weights_only`` (never under ``--trust-pickle``).
+
+A file that needs a Python module which is not installed (possible only with ``--trust-pickle``) is
+reported as such: the file is fine, the module is missing.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from ckptscan.readers._common import (
 from ckptscan.readers.base import TensorInfo
 
 WRAPPER_KEYS = ("state_dict", "module", "model")
+HPARAMS_KEY = "hyper_parameters"  # Lightning
 ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -83,6 +89,12 @@ def load_file(path: Path, trust_pickle: bool = False) -> object:
         raise FormatError(f"not a loadable torch file ({_short_reason(err)})", path) from err
     except InputError:
         raise
+    except ModuleNotFoundError as err:  # only with trust_pickle: a class from a module not installed here
+        raise FormatError(
+            f"unpickling needs the Python module {err.name!r}, which is not installed here: install "
+            f"{str(err.name).split('.')[0]!r} to read this file with --trust-pickle",
+            path,
+        ) from err
     except Exception as err:  # corrupt zip, truncated pickle, a trusted pickle raising...
         raise FormatError(
             f"not a loadable torch file ({type(err).__name__}: {_short_reason(err)})", path
@@ -142,6 +154,7 @@ class TorchSource:
         self._weight_map = weight_map
         self._trust = trust_pickle
         self._loaded: dict[str, dict[str, torch.Tensor]] = {}
+        self._hparams: dict[str, Mapping] = {}
         self._legacy: set[str] = set()  # loaded without mmap: keep at most one of these in memory
         self._infos: dict[str, TensorInfo] | None = None
 
@@ -168,8 +181,19 @@ class TorchSource:
                 for old in self._legacy:
                     self._loaded.pop(old, None)
                 self._legacy = {rel}
-            self._loaded[rel] = extract_state_dict(load_file(path, self._trust), path)
+            obj = load_file(path, self._trust)
+            if not self._trust and isinstance(obj, Mapping) and isinstance(obj.get(HPARAMS_KEY), Mapping):
+                self._hparams[rel] = obj[HPARAMS_KEY]
+            self._loaded[rel] = extract_state_dict(obj, path)
         return self._loaded[rel]
+
+    def hyper_parameters(self) -> Mapping | None:
+        """A Lightning checkpoint's ``hyper_parameters`` (one file only), else None."""
+        if len(self._files) != 1:
+            return None
+        rel = next(iter(self._files))
+        self._state(rel)
+        return self._hparams.get(rel)
 
     def infos(self) -> dict[str, TensorInfo]:
         if self._infos is None:
@@ -218,6 +242,7 @@ class TorchSource:
 
     def close(self) -> None:
         self._loaded.clear()
+        self._hparams.clear()
         self._legacy.clear()
 
     def __enter__(self) -> Self:

@@ -74,6 +74,11 @@ def print_result(result, console, quiet: bool = False) -> None:
                   f"{escape(str((s.get('layout') or {}).get('family', '?')))}")
     console.print(f"{ck.get('analyzed', 0)} checkpoints analysed ({ck.get('reused', 0)} reused{span}), "
                   f"{len(skipped)} skipped")
+    for note in ck.get("notes") or []:
+        console.print(f"note: {escape(str(note))}")
+    log = s.get("log") or {}
+    if log.get("aligned") is False:
+        console.print(f"[yellow]log[/]: {escape(str(log['notes'][-1]))}")
     console.print(timing_line(s))
     _evidence_table(s, console)
     _heat_strips(result, console)

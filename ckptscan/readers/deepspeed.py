@@ -1,0 +1,148 @@
+"""DeepSpeed ZeRO-3 checkpoint folders, read without DeepSpeed installed.
+
+A ZeRO-3 ``global_stepN/`` folder holds, per data-parallel rank ``r``,
+``zero_pp_rank_<r>_mp_rank_00_model_states.pt`` (the module with empty placeholders, and
+``param_shapes``: the parameters' names and shapes, group by group) and
+``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` (``optimizer_state_dict.fp32_flat_groups``: this
+rank's fp32 master partitions).  Each parameter is split into ``world`` equal slices of
+``ceil(numel / world)`` elements (the last one padded); rank ``r`` stores slice ``r`` of every
+parameter, back to back, in parameter order.  A parameter is therefore the concatenation of its slice
+in every rank's flat partition, cut to ``numel`` (DeepSpeed's own ``zero_to_fp32.py`` does the same).
+
+ZeRO-1/2 folders need none of this: ``mp_rank_00_model_states.pt`` holds the whole module
+(``torchfile.py``).
+
+The optimizer files pickle a few DeepSpeed classes next to the tensors (the loss scaler, the ZeRO stage
+enum, fragment addresses).  They are loaded with ``weights_only=True`` and inert stand-ins for exactly
+those classes, so nothing of DeepSpeed is imported and nothing from the file runs; any other class is
+refused as usual.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Self
+
+import torch
+
+from ckptscan.errors import FormatError
+from ckptscan.readers._common import dtype_name, rel_name
+from ckptscan.readers.base import TensorInfo
+from ckptscan.readers.torchfile import load_file
+
+MODEL_STATES = "zero_pp_rank_*_mp_rank_*_model_states.pt"
+OPTIM_STATES = "zero_pp_rank_*_mp_rank_*_optim_states.pt"
+_RANK = re.compile(r"zero_pp_rank_(\d+)_mp_rank_(\d+)_")
+
+
+class _Inert:
+    """Stands for a pickled DeepSpeed object: its attributes are set, nothing else happens."""
+
+
+class _Value:
+    """Stands for a pickled DeepSpeed enum member (``ZeroStageEnum(3)``)."""
+
+    def __init__(self, value: object):
+        self.value = value
+
+
+_STANDINS = [
+    (_Inert, "deepspeed.runtime.fp16.loss_scaler.LossScaler"),
+    (_Inert, "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler"),
+    (_Value, "deepspeed.runtime.zero.config.ZeroStageEnum"),
+    (_Inert, "deepspeed.utils.tensor_fragment.fragment_address"),
+]
+
+
+def load_zero_file(path: Path) -> object:
+    """``torch.load(weights_only=True)`` of a DeepSpeed file, its known DeepSpeed classes stood in for."""
+    with torch.serialization.safe_globals(_STANDINS):
+        return load_file(path)
+
+
+def rank_files(folder: Path, pattern: str) -> list[Path]:
+    """The files of one kind, by data-parallel rank; several model-parallel ranks are refused."""
+    files = [p for p in folder.glob(pattern) if _RANK.match(p.name)]
+    if len({_RANK.match(p.name).group(2) for p in files}) > 1:
+        raise FormatError("ZeRO-3 checkpoint with several model-parallel ranks (mp_rank_*): not supported", folder)
+    return sorted(files, key=lambda p: int(_RANK.match(p.name).group(1)))
+
+
+def _get(obj: object, *keys: str, path: Path) -> object:
+    for k in keys:
+        if not isinstance(obj, Mapping) or k not in obj:
+            raise FormatError(f"not a DeepSpeed ZeRO-3 file: no {'.'.join(keys)}", path)
+        obj = obj[k]
+    return obj
+
+
+class ZeroSource:
+    """A ``TensorSource`` over a ZeRO-3 folder: every parameter rebuilt from the ranks' fp32 partitions."""
+
+    def __init__(self, folder: Path):
+        self.path = folder
+        self.format = "deepspeed-zero3"
+        models, self._optims = rank_files(folder, MODEL_STATES), rank_files(folder, OPTIM_STATES)
+        if not models or len(self._optims) != len(models):
+            raise FormatError(f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
+                              f"{len(self._optims)} optimizer-state files", folder)
+        groups = _get(load_zero_file(models[0]), "param_shapes", path=models[0])
+        if isinstance(groups, Mapping):
+            groups = [groups]
+        if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
+            raise FormatError("param_shapes is not a list of name -> shape maps", models[0])
+        self._world = len(self._optims)
+        self._where: dict[str, tuple[tuple[int, ...], int, int]] = {}  # name -> shape, offset, slice
+        offset = 0
+        for group in groups:
+            for name, shape in group.items():
+                shape = tuple(int(x) for x in shape)
+                part = math.ceil(math.prod(shape) / self._world)
+                self._where[str(name)] = (shape, offset, part)
+                offset += part
+        self._flat: dict[int, list[torch.Tensor]] = {}
+
+    def infos(self) -> dict[str, TensorInfo]:
+        file = rel_name(self.path, self._optims[0])
+        return {n: TensorInfo(n, shape, dtype_name(torch.float32), file) for n, (shape, _, _) in self._where.items()}
+
+    def _partitions(self, rank: int) -> list[torch.Tensor]:
+        if rank not in self._flat:
+            path = self._optims[rank]
+            groups = _get(load_zero_file(path), "optimizer_state_dict", "fp32_flat_groups", path=path)
+            if not isinstance(groups, list) or not all(isinstance(t, torch.Tensor) for t in groups):
+                raise FormatError("fp32_flat_groups is not a list of tensors", path)
+            self._flat[rank] = groups
+        return self._flat[rank]
+
+    def _slice(self, rank: int, offset: int, n: int) -> torch.Tensor:
+        pieces, start = [], 0
+        for t in self._partitions(rank):
+            lo, hi = max(offset, start), min(offset + n, start + t.numel())
+            if lo < hi:
+                pieces.append(t.reshape(-1)[lo - start:hi - start])
+            start += t.numel()
+        got = sum(p.numel() for p in pieces)
+        if got != n:
+            raise FormatError(f"fp32 partition holds {start} elements, param_shapes need more "
+                              f"(elements {offset}..{offset + n})", self._optims[rank])
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+    def read(self, name: str) -> torch.Tensor:
+        if name not in self._where:
+            raise KeyError(name)
+        shape, offset, part = self._where[name]
+        flat = torch.cat([self._slice(r, offset, part) for r in range(self._world)])
+        return flat[: math.prod(shape)].view(shape)
+
+    def close(self) -> None:
+        self._flat.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
