@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from ckptscan import analyze
 from ckptscan.cli import main
-from ckptscan.errors import InputError
+from ckptscan.errors import EXIT_INCONCLUSIVE, InputError
 from ckptscan.timeline import load_part
 from tests.reference import attention_reference
 from tests.runs import TINY, config, make_run, state_dict, write_checkpoint
@@ -281,7 +281,8 @@ def test_checkpoint_with_fewer_layers_is_analysed_with_nan_where_missing(tmp_pat
     edit_tensors(run / "checkpoint-200" / "model.safetensors",
                  lambda sd: [sd.pop(k) for k in list(sd) if ".layers.1." in k])
     res = analyze(run, out_dir=tmp_path / "out", device="cpu")
-    assert res.summary["checkpoints"]["steps"] == [100, 200, 300] and res.exit_code() == 0
+    # three checkpoints are too few to call a run healthy: inconclusive, never healthy
+    assert res.summary["checkpoints"]["steps"] == [100, 200, 300] and res.exit_code() == EXIT_INCONCLUSIVE
     tl = res.timeline
     assert np.isfinite(tl.get("attn.M.entropy2")[:, 0]).all()
     assert np.isnan(tl.get("attn.M.entropy2")[1, 1]).all()
@@ -338,7 +339,7 @@ def test_all_zero_and_subnormal_weights_do_not_crash_or_count_as_overflow(tmp_pa
         sd[K1] *= 1e-41  # float32 subnormals
     edit_tensors(run / "checkpoint-200" / "model.safetensors", shrink)
     res = analyze(run, out_dir=tmp_path / "out", device="cpu")
-    assert res.summary["findings"] == [] and res.exit_code() == 0
+    assert res.summary["findings"] == [] and res.exit_code() == EXIT_INCONCLUSIVE
     assert res.verdict["fault_type"] != "overflow"
     tl = res.timeline
     # the increment into and out of the zero matrix is well defined; the next checkpoint is normal
@@ -422,7 +423,8 @@ def test_no_checkpoints_error_message(tmp_path):
 def test_single_checkpoint_is_analysed_without_increments(tmp_path):
     run = make_run(tmp_path / "run", n=1)
     r, s = cli_json("analyze", run, "-o", tmp_path / "out")
-    assert r.exit_code == 0 and s["checkpoints"]["steps"] == [100]
+    assert r.exit_code == EXIT_INCONCLUSIVE and s["checkpoints"]["steps"] == [100]
+    assert s["verdict"]["fault_type"] == "inconclusive" and not s["verdict"]["anomalous"]
     tl = analyze(run, out_dir=tmp_path / "out", device="cpu").timeline
     assert np.isfinite(tl.get("attn.M.entropy2")).all() and np.isnan(tl.get("attn.D2.entropy2")).all()
 
@@ -444,7 +446,7 @@ def test_only_an_unfinished_write_is_not_an_error(tmp_path):
     run = make_run(tmp_path / "run", n=2)
     shutil.copytree(run / "checkpoint-200", run / "checkpoint-300.partial")
     r, s = cli_json("analyze", run, "-o", tmp_path / "out")
-    assert r.exit_code == 0 and s["checkpoints"]["steps"] == [100, 200]
+    assert r.exit_code == EXIT_INCONCLUSIVE and s["checkpoints"]["steps"] == [100, 200]
     assert skipped_by_name(s)["checkpoint-300.partial"]["error"] is False
 
 
@@ -608,7 +610,7 @@ def test_read_only_tree_without_dac_override(tmp_path):
         p = subprocess.run(ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "--json", "--device", "cpu",
                                         drop_dac=True),
                            capture_output=True, text=True, env=subprocess_env(), timeout=120, check=False)
-        assert p.returncode == 0, p.stderr
+        assert p.returncode == EXIT_INCONCLUSIVE, p.stderr
         assert json.loads(p.stdout)["checkpoints"]["steps"] == [100, 200, 300]
         assert tree_state(run) == before
     finally:

@@ -411,7 +411,7 @@ def test_analyze_exit_codes_follow_the_result(tiny_run, tmp_path):
     r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "a"), "--json"])
     s = json.loads(r.stdout)
     assert validate(s) == [] and validate(json.loads((tmp_path / "a" / "summary.json").read_text())) == []
-    assert r.exit_code == (1 if s["verdict"]["anomalous"] else 0)
+    assert r.exit_code == (1 if s["verdict"]["anomalous"] else 5 if s["verdict"]["fault_type"] == "inconclusive" else 0)
     r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"])
     s = json.loads(r.stdout)
     assert validate(s) == []
