@@ -129,6 +129,18 @@ def test_lightning_default_tree_from_the_root(lightning_root, tmp_path):
     assert Path(res.summary["log"]["path"]) == version / "metrics.csv" and res.summary["log"]["points"] == 6
 
 
+def test_lightning_hparams_without_model_dims_leave_the_config_to_the_run_root(tmp_path):
+    """Hyper-parameters that do not describe the model (an lr) do not hide a config.json that the
+    training script saved at the run root."""
+    pytest.importorskip("lightning", reason="Lightning writes the run (test extra 'frameworks')")
+    pytest.importorskip("transformers", reason="the tiny model is a transformers LLaMA")
+    root = fr.lightning_run(tmp_path / "root", hparams={"lr": 1e-3})
+    fr.llama().config.to_json_file(root / "config.json")
+    res = run(root, tmp_path / "o")
+    assert res.summary["checkpoints"]["analyzed"] == 3, res.summary["checkpoints"]["skipped"]
+    assert any(str(root / "config.json") in n for n in res.summary["layout"]["notes"])
+
+
 def test_lightning_checkpoints_folder_finds_the_log_one_level_up(lightning_root, tmp_path):
     folder = lightning_root / "lightning_logs" / "version_1" / "checkpoints"
     assert logs.find_log(folder) == folder.parent / "metrics.csv"

@@ -236,7 +236,7 @@ def find_config(ckpt_path: Path, run_dir: Path, *, run_folder: Path | None = Non
     folder = ckpt_path if ckpt_path.is_dir() else ckpt_path.parent
     if (folder / CONFIG_NAME).is_file():
         return load_config_file(folder / CONFIG_NAME), str(folder / CONFIG_NAME)
-    if hparams:
+    if hparams and read_config(_plain(hparams)).n_heads is not None:  # hyper-parameters that describe the model
         return _plain(hparams), f"{ckpt_path} (hyper_parameters)"
     run_dir = Path(os.path.abspath(run_dir))  # the parents as the user named them (no symlinks resolved)
     above = list(run_dir.parents)[:CONFIG_PARENTS]
