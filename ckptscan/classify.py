@@ -34,11 +34,14 @@ DECISION_WINDOW = 2  # checkpoints after the earliest alarm whose alarms still c
 LR_ROLES = ("step_size", "second_order")
 
 
-def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, coverage: dict | None = None) -> dict:
+def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, coverage: dict | None = None,
+             horizon: int | None = None) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
     ``coverage`` (``examination``): how much of the run the detectors examined; a run without
-    alarms is ``healthy`` only where that was enough, ``inconclusive`` otherwise."""
+    alarms is ``healthy`` only where that was enough, ``inconclusive`` otherwise.  ``horizon``:
+    the step of the first point at or after the loss diverged, if it did (its updates began
+    before); alarms triggered later do not decide the class."""
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
         if coverage is not None and coverage["missing"]:
@@ -58,49 +61,10 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, co
                 "confidence": 1.0, "evidence": evidence, "overflow": _overflow(first_over),
                 "reason": "NaN/Inf in weights before (or without) any monitor alarm"}
 
-    first = alarms[0]
-    window = [a for a in alarms if a.index <= first.index + DECISION_WINDOW]
-    structure = [a for a in window if a.role == "structure"]
-    lr = [a for a in window if a.role in LR_ROLES]
-    lr_layers = {a.layer for a in lr}
-    step_size = [a for a in lr if a.role == "step_size"]
-    second = [a for a in lr if a.role == "second_order"]
-    n_layers = max(1, n_layers)
-
-    spread: list[Alarm] = []
-    if structure:
-        # step-size alarms in a layer whose entropy had already collapsed are the collapse's own
-        # consequence; elsewhere (or later, in another layer or the router) they are a second cause
-        lr = [a for a in _global_evidence(alarms) if a.role in LR_ROLES and a.index <= first.index + DECISION_WINDOW]
-        spread = [] if lr else _global_evidence(alarms)
-    if structure and (lr or spread):
-        lr = lr or spread
-        lr_layers = {a.layer for a in lr}
-        fault = "combined"
-        conf = 0.5 + 0.25 * min(1.0, len({(a.layer, a.head) for a in structure}) / 2) \
-            + 0.25 * min(1.0, len(lr_layers) / n_layers)
-        if spread:
-            reason = (f"D2 spectral entropy collapsed first, in {len({(a.layer, a.head) for a in structure})} head(s), and later "
-                      f"{', '.join(sorted({a.block for a in spread}))} grew in layer(s) {sorted(lr_layers)} whose D2 entropy "
-                      f"had not collapsed (a global cause, the step size, on top of the low-rank update)")
-        else:
-            reason = (f"D2 spectral entropy collapsed in {len({(a.layer, a.head) for a in structure})} head(s) and the step size grew "
-                      f"in {len(lr_layers)} of {n_layers} layer(s) within {DECISION_WINDOW + 1} checkpoints")
-    elif structure:
-        fault = "lowprec_attention"
-        heads = {(a.layer, a.head) for a in structure}
-        conf = 0.6 + 0.3 * min(1.0, len(heads) / 2)
-        reason = (f"D2 spectral entropy collapsed first, in {len(heads)} head(s) of layer(s) "
-                  f"{sorted({a.layer for a in structure})}, while update ratios and ||D3||/||D2|| stayed quiet")
-    elif lr:
-        fault = "high_lr"
-        conf = 0.4 + 0.3 * min(1.0, len(lr_layers) / n_layers) + 0.15 * bool(step_size) + 0.15 * bool(second)
-        reason = (f"step size grew in {len(lr_layers)} of {n_layers} layer(s) "
-                  f"({', '.join(sorted({a.block for a in lr}))}) with no D2 entropy collapse first")
-    else:
-        fault = "unknown"
-        conf = 0.3
-        reason = f"sustained alarms ({', '.join(sorted({a.block for a in window}))}) match no known signature"
+    # the class is read from what moved before the loss diverged (after it, everything moves);
+    # without such alarms, from all of them
+    decisive = [a for a in alarms if horizon is None or a.trigger_step <= horizon] or alarms
+    fault, conf, reason, window = _signature(decisive, n_layers)
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
@@ -113,28 +77,60 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, co
     return out
 
 
-def _global_evidence(alarms: list[Alarm]) -> list[Alarm]:
-    """Alarms that the low-precision mechanism cannot explain, after a D2-entropy collapse came first.
+def _is_attention_step(a: Alarm) -> bool:
+    return a.role == "step_size" and a.block.startswith("attn")
 
-    The biased rounding acts on the q/k gradients of the heads it hits: their update turns low-rank
-    (D2 entropy collapses) and, as a consequence, *that layer's* logits (||M||) and update ratios
-    grow.  A layer whose D2 entropy has not collapsed (yet) has no such cause, and the router is
-    not touched at all.  So a step-size / second-order / logit-growth alarm in a layer with no
-    earlier-or-simultaneous structure alarm says that something global (the step size) is wrong
-    too: the second half of the ``combined`` signature, which at a weak LR growth shows up several
-    checkpoints after the entropy collapse (drills: 1-3 checkpoints of 100 steps).  On the
-    lowprec-only drills no such alarm occurs in the whole run (docs/detection.md)."""
-    collapsed_at: dict[int, int] = {}
-    for a in alarms:
-        if a.role == "structure":
-            collapsed_at[a.layer] = min(collapsed_at.get(a.layer, a.index), a.index)
-    out = []
-    for a in alarms:
-        if a.role not in LR_ROLES + ("logits",):
-            continue
-        if a.block.startswith("router") or a.layer not in collapsed_at or a.index < collapsed_at[a.layer]:
-            out.append(a)
-    return out
+
+def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, float, str, list[Alarm]]:
+    """(fault class, confidence, reason, the alarms that decided) from the alarms, in trigger order.
+
+    * a D2-entropy collapse (structure) and the attention step size (q/k update ratios; an alarm
+      that is broad by construction) growing more than ``DECISION_WINDOW`` points before it:
+      ``high_lr`` (the collapse is its consequence); growing before it, but within that window, or
+      with it in two or more update-ratio series (q, k, router) at least one of them attention's:
+      ``combined`` (the low-precision fault makes a collapsing layer's own update jump, once, never
+      the step size grow before the collapse); otherwise ``lowprec_attention``;
+    * no collapse: ``high_lr`` (step-size or second-order growth; or only logit growth, the
+      classic sign of a too-large step)."""
+    n_layers = max(1, n_layers)
+    structure = [a for a in alarms if a.role == "structure"]
+    growth = [a for a in alarms if a.role == "step_size"]  # broad by construction (detect._broad)
+    if structure:
+        s0 = min(a.index for a in structure)
+        u0 = min((a.index for a in growth if _is_attention_step(a)), default=None)
+        heads = {(a.layer, a.head) for a in structure if a.index <= s0 + DECISION_WINDOW}
+        collapsed = sorted({layer for layer, _ in heads})
+        if u0 is not None and u0 < s0 - DECISION_WINDOW:
+            window = [a for a in alarms if a.index <= u0 + DECISION_WINDOW]
+            grew = sorted({a.layer for a in window if a.role in LR_ROLES})
+            return ("high_lr", 0.6, f"the step size grew in layer(s) {grew} {s0 - u0} points before any D2-entropy "
+                    f"collapse (the collapse followed it)", window)
+        window = [a for a in alarms if a.index <= s0 + DECISION_WINDOW]
+        near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
+        if u0 is not None and u0 < s0:
+            why = f"the attention step size grew {s0 - u0} point(s) before it"
+        elif u0 is not None and u0 <= s0 + DECISION_WINDOW and len(near) >= 2:
+            why = f"the step size grew with it, in {len(near)} update-ratio series"
+        else:
+            return ("lowprec_attention", 0.6 + 0.3 * min(1.0, len(heads) / 2),
+                    f"D2 spectral entropy collapsed first, in {len(heads)} head(s) of layer(s) {collapsed}, while the "
+                    f"step size did not grow across layers", window)
+        return ("combined", 0.5 + 0.25 * min(1.0, len(heads) / 2) + 0.25 * min(1.0, len(near) / (2 * n_layers)),
+                f"D2 spectral entropy collapsed in {len(heads)} head(s) of layer(s) {collapsed}, and {why} "
+                f"(a step size the low-precision fault cannot make)", window)
+    first = alarms[0]
+    window = [a for a in alarms if a.index <= first.index + DECISION_WINDOW]
+    lr = [a for a in window if a.role in LR_ROLES]
+    layers = {a.layer for a in (lr or window)}
+    if lr:
+        conf = 0.4 + 0.3 * min(1.0, len(layers) / n_layers) + 0.15 * any(a.role == "step_size" for a in lr) \
+            + 0.15 * any(a.role == "second_order" for a in lr)
+        return ("high_lr", conf, f"step size grew in {len(layers)} of {n_layers} layer(s) "
+                f"({', '.join(sorted({a.block for a in lr}))}) with no D2 entropy collapse first", window)
+    # only attention logits grew (||M||), the classic sign of a too-large step (attention logit
+    # growth), which the low-precision fault brings only with or after the collapse of D2
+    return ("high_lr", 0.5, f"attention logits (||M||) grew in {len(layers)} of {n_layers} layer(s) with no D2 "
+            f"entropy collapse first and no step-size alarm", window)
 
 
 def _overflow(f: dict) -> dict:

@@ -93,13 +93,15 @@ class Params:
     window: int = 8  # lagged baseline window (checkpoints)
     warmup_skip: int = 1  # first defined values of a series never enter a baseline
     min_history: int = 1  # accepted baseline values needed before a series is scored
-    extend: bool = True  # date an alarm from the stretch of scores > z_accept leading into it
+    extend: bool = False  # date an alarm from the stretch of scores > z_accept leading into it
     match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
     breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
     #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
-    settle_drop: float = 0.6931471805599453  # log 2: the run has settled once its step size fell to half its peak
+    settle_drop: float = 0.6931471805599453  # log 2: a layer has settled once its step size fell to half its peak
     settle_age: float = 4.0  # ... or once it is this many times as old (in steps) as at that peak
-    min_examined: int = 5  # checkpoints scored after the run settled: fewer cannot support "healthy"
+    dormant_ratio: float = 0.05  # a layer whose ||M|| is below this share of the largest layer's is not learning yet
+    block: float = 0.25  # checkpoints closer than this share of the run's settling time are scored in blocks
+    min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
 
 
 @dataclass
@@ -114,11 +116,15 @@ class Alarm:
     role: str
     direction: str
     confirmed_step: int | None = None  # the checkpoint that completed the persistence rule
+    length: int = 0  # points the sustained excursion lasted (from the trigger on)
+    trigger_step: int = 0  # the step of the trigger's first point
+    test: str = ""  # the detector's mode: "level", "rate" or "shift"
 
     def as_dict(self) -> dict:
         return {"monitor": self.block, "layer": self.layer, "head": self.head,
                 "first_alarm_step": self.first_step, "confirmed_step": self.confirmed_step,
-                "score": round(float(self.score), 3), "role": self.role, "direction": self.direction}
+                "score": round(float(self.score), 3), "role": self.role, "direction": self.direction,
+                "test": self.test, "points": self.length}
 
 
 @dataclass
@@ -371,9 +377,10 @@ class _Column(NamedTuple):
 
 
 def _scored_columns(timeline, det: Detector, name: str, direction: str, params: Params, reference=None,
-                    start: int = 0):
+                    starts: tuple[np.ndarray, np.ndarray] | None = None):
     """(layer, head or None, SeriesScore, self-referenced?) for each column of series ``name``;
-    self-referenced columns are scored from index ``start`` on (``settled``)."""
+    self-referenced columns are scored from their first examined index (``starts``: the layers'
+    and the heads', ``layer_starts`` and ``head_starts``) on."""
     arr = timeline.get(name)
     ref_arr = _align(reference, np.asarray(timeline.steps), name)
     ref_cols = _reference_columns(arr, ref_arr, det, params) if ref_arr is not None else {}
@@ -381,46 +388,150 @@ def _scored_columns(timeline, det: Detector, name: str, direction: str, params: 
         x = _transform(col, det)
         ref = ref_cols.get((layer, head))
         self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
-        sc = score_self(x, det, direction, params, start) if self_ref \
+        sc = score_self(x, det, direction, params, _start(starts, layer, head)) if self_ref \
             else score_reference(x, ref, det, direction, params)
         yield layer, head, sc, self_ref
 
 
+def _start(starts: tuple[np.ndarray, np.ndarray] | None, layer: int, head: int | None) -> int:
+    """A column's first examined index (``layer_starts``, ``head_starts``); a layer without update
+    ratios of its own (never in a real run) follows the earliest layer."""
+    if starts is None or not len(starts[0]):
+        return 0
+    layers, heads = starts
+    if layer >= len(layers):
+        return int(layers.min())
+    if head is not None and layer < heads.shape[0] and head < heads.shape[1]:
+        return int(heads[layer, head])
+    return int(layers[layer])
+
+
 def step_size(timeline, detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray:
-    """[N]: the run's step size at each checkpoint: the log of the median, over every update-ratio
-    series (q, k and router, one per layer: the median over its heads), of ||dW|| / ||W||
+    """[N, L]: each layer's step size at each checkpoint: the log of the median, over the layer's
+    update-ratio series (q, k and router; each the median over its heads), of ||dW|| / ||W||
     (NaN where none is defined)."""
     monitors = dict.fromkeys(det.monitor for det in detectors if det.role == "step_size")
     level = Detector("", "level", True, False, 0.0, "step_size")
-    cols = [_transform(col, level)
-            for m in monitors
-            for name in _series_for(timeline, dataclasses.replace(level, monitor=m))
-            for _, _, col in _columns(timeline.get(name), level)]
-    out = np.full(len(timeline.steps), np.nan)
-    if cols:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out = np.nanmedian(np.stack(cols), axis=0)
+    n = len(timeline.steps)
+    per_layer: dict[int, list[np.ndarray]] = {}
+    for m in monitors:
+        for name in _series_for(timeline, dataclasses.replace(level, monitor=m)):
+            for layer, _, col in _columns(timeline.get(name), level):
+                per_layer.setdefault(layer, []).append(_transform(col, level))
+    out = np.full((n, max(per_layer, default=-1) + 1), np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for layer, cols in per_layer.items():
+            out[:, layer] = np.nanmedian(np.stack(cols), axis=0)
     return out
 
 
-def settled(timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS) -> int | None:
-    """Index of the first checkpoint at which the run has left its early phase (warm-up and the
-    fast initial moves of the weights), read from the weights alone: the step size (``step_size``)
-    has fallen to half its peak so far (``settle_drop``), or the run is ``settle_age`` times as
-    old, in steps, as it was at that peak.  ``None``: not settled by the last checkpoint."""
-    g = step_size(timeline, detectors)
-    steps = np.asarray(timeline.steps)
-    peak, at = -np.inf, None
-    for t in range(len(g)):
+def dormant(timeline, params: Params = Params()) -> tuple[np.ndarray, np.ndarray]:
+    """([N, L], [N, L, H]) bool: layers and heads whose attention is not learning yet at that
+    checkpoint: the QK form's spectral norm (a layer: the median over its heads) is below
+    ``dormant_ratio`` of the largest head's in the model.  A head left at its initial scale while
+    others trained has no update structure to watch yet, and its first learning (a one-off,
+    low-rank move that makes its step size jump) is not a fault."""
+    name = "attn.M.spectral_norm"
+    n = len(timeline.steps)
+    if name not in timeline:
+        return np.zeros((n, 0), dtype=bool), np.zeros((n, 0, 0), dtype=bool)
+    m = np.asarray(timeline.get(name), dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        top = np.nanmax(m.reshape(n, -1), axis=1)[:, None]
+        layer = np.nanmedian(m, axis=2) / top
+        head = m / top[:, :, None]
+    return np.nan_to_num(layer, nan=1.0) < params.dormant_ratio, np.nan_to_num(head, nan=1.0) < params.dormant_ratio
+
+
+def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params) -> int:
+    """The first index at which a step-size series ``g`` (log) has left its early phase: it fell
+    ``settle_drop`` below its peak, or ``settle_age`` times as many steps have passed since its
+    origin as at that peak.  The origin is step 0, or the last ``asleep`` checkpoint before it
+    settled (the early phase starts again after it; once settled, it stays settled: a fault that
+    makes another head grow a hundredfold does not put this one back to sleep); ``len(g)``:
+    never."""
+    n = len(g)
+    origin, peak, at = 0.0, -np.inf, None
+    for t in range(n):
+        if asleep[t]:
+            origin, peak, at = float(steps[t]), -np.inf, None
+            continue
         if not np.isfinite(g[t]):
             continue
         if g[t] > peak:
             peak, at = g[t], t
-            continue
-        if g[t] <= peak - params.settle_drop or steps[t] >= params.settle_age * max(int(steps[at]), 1):
+        elif g[t] <= peak - params.settle_drop or steps[t] - origin >= params.settle_age * max(steps[at] - origin, 1.0):
             return t
-    return None
+    return n
+
+
+def layer_starts(timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray:
+    """[L]: per layer, the index of the first checkpoint examined (``len(steps)``: none).
+
+    A layer is examined once it has left its early phase, read from its weights alone (``_settle``
+    of its step size, ``step_size``), counting from step 0 or from its last ``dormant``
+    checkpoint: a layer that wakes up late goes through its own early phase.  A layer that has not
+    settled by the end of the run is never examined."""
+    g = step_size(timeline, detectors)
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    asleep, _ = dormant(timeline, params)
+    out = np.full(max(g.shape[1], asleep.shape[1]), len(steps))
+    for layer in range(g.shape[1]):
+        sleep = asleep[:, layer] if layer < asleep.shape[1] else np.zeros(len(steps), dtype=bool)
+        out[layer] = _settle(g[:, layer], steps, sleep, params)
+    return out
+
+
+def head_starts(timeline, starts: np.ndarray, params: Params = Params()) -> np.ndarray:
+    """[L, H]: per query head, the first examined index: its layer's, or, for a head that was
+    ``dormant`` at some checkpoint, the later of that and its own settling (its q update ratio,
+    counting from its last dormant checkpoint)."""
+    _, asleep = dormant(timeline, params)
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    q = "attn.q.update_ratio"
+    g = np.log(np.where(np.asarray(timeline.get(q)) > 0, timeline.get(q), np.nan)) if q in timeline else None
+    out = np.repeat(np.asarray(starts)[:, None], max(asleep.shape[2], 1), axis=1)
+    for layer in range(min(len(starts), asleep.shape[1])):
+        for head in range(asleep.shape[2]):
+            if asleep[:, layer, head].any() and g is not None and head < g.shape[2]:
+                out[layer, head] = max(int(starts[layer]), _settle(g[:, layer, head], steps, asleep[:, layer, head],
+                                                                   params))
+    return out
+
+
+def block_size(timeline, starts: np.ndarray, params: Params = Params()) -> int:
+    """Checkpoints per scored point: the run's own time scale, the steps it took to settle (its
+    earliest layer's ``layer_starts``), times ``params.block``, in save intervals (the median
+    spacing), at least 1.  A run saved every 10 steps whose layers settle at step 200 is scored
+    in blocks of 5 checkpoints: its changes per point are then as large, and its noise as
+    averaged, as those of a run that settles as fast but saves every 50."""
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    first = int(starts.min()) if len(starts) else len(steps)
+    if first >= len(steps) or len(steps) < 2:
+        return 1
+    spacing = float(np.median(np.diff(steps)))
+    return max(1, int(params.block * steps[first] // max(spacing, 1.0)))
+
+
+def coarsen(timeline, k: int) -> tuple:
+    """(coarse Timeline, block index of each checkpoint): consecutive checkpoints grouped by ``k``,
+    each block's value the median of its checkpoints' (NaN ignored), labelled with its upper-median
+    checkpoint's step: an excursion the block's median shows covers at least that checkpoint, so
+    no alarm is dated before its evidence."""
+    n = len(timeline.steps)
+    block = np.arange(n) // k
+    m = int(block[-1]) + 1 if n else 0
+    label = np.array([timeline.steps[np.flatnonzero(block == b)[len(np.flatnonzero(block == b)) // 2]]
+                      for b in range(m)], dtype=np.int64)
+    series = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for name in timeline.names():
+            a = np.asarray(timeline.get(name), dtype=np.float64)
+            series[name] = np.stack([np.nanmedian(a[block == b], axis=0) for b in range(m)])
+    return type(timeline).from_arrays(label, series, dict(timeline.meta)), block
 
 
 @dataclasses.dataclass
@@ -428,8 +539,24 @@ class Detection:
     """What ``run_detection`` found: the alarms, and how much of the run could be examined."""
 
     alarms: list[Alarm]
-    settled_index: int | None  # first checkpoint after the early phase (None: never settled)
+    starts: np.ndarray  # [L]: per layer, the first examined checkpoint (len(steps): none; ``layer_starts``)
     examined: np.ndarray  # bool [N]: checkpoints at which at least one series was scored
+    block: int = 1  # checkpoints per scored point (``block_size``); alarm indices count points
+    points: int = 0  # scored points (blocks) at which at least one series was scored
+    point_steps: np.ndarray | None = None  # the step each point is labelled with (``coarsen``)
+
+    def point_at_or_after(self, step: int | None) -> int | None:
+        """The step of the first point at or after ``step`` (its updates began before ``step``)."""
+        if step is None or self.point_steps is None:
+            return step
+        later = self.point_steps[self.point_steps >= step]
+        return int(later[0]) if len(later) else step
+
+    @property
+    def settled_index(self) -> int | None:
+        """The first checkpoint at which any layer had left its early phase (None: none had)."""
+        first = int(self.starts.min()) if len(self.starts) else len(self.examined)
+        return first if first < len(self.examined) else None
 
     def settled_step(self, steps) -> int | None:
         return None if self.settled_index is None else int(np.asarray(steps)[self.settled_index])
@@ -440,20 +567,24 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
     that is too little for a healthy verdict, one line saying what is missing (``missing``)."""
     steps = np.asarray(steps)
     n = int(detection.examined.sum())
+    points = detection.points
+    per = "" if detection.block == 1 else f" ({points} blocks of {detection.block})"
     settled_at = detection.settled_step(steps)
     if settled_at is None:
-        missing = (f"the run never left its early phase (its step size, ||dW||/||W||, had not fallen to half "
-                   f"its peak, nor had the run grown {params.settle_age:g}x as old as at that peak, by step "
+        missing = (f"the run never left its early phase (no layer's step size, ||dW||/||W||, had fallen to half "
+                   f"its peak, nor had a layer grown {params.settle_age:g}x as old as at that peak, by step "
                    f"{int(steps[-1]) if len(steps) else '-'}; {len(steps)} checkpoint(s))" if len(steps) else
                    "no checkpoint could be analysed")
-    elif n < params.min_examined:
-        missing = (f"{n} checkpoint(s) examined after the run settled at step {settled_at}; "
-                   f"{params.min_examined} needed")
+    elif points < params.min_examined:
+        missing = (f"{n} checkpoint(s){per} examined after the run settled at step {settled_at}; "
+                   f"{params.min_examined} {'blocks' if per else 'checkpoints'} needed")
     else:
         missing = None
     first = int(steps[detection.examined][0]) if n else None
+    unexamined = [i for i, s in enumerate(detection.starts) if s >= len(steps)]
     return {"settled_step": settled_at, "examined_checkpoints": n, "first_examined_step": first,
-            "needed": params.min_examined, "missing": missing}
+            "block": detection.block, "scored_points": points, "needed": params.min_examined,
+            "layers_not_examined": unexamined, "missing": missing}
 
 
 def detect(timeline, params: Params = Params(), reference=None,
@@ -466,12 +597,20 @@ def run_detection(timeline, params: Params = Params(), reference=None,
                   detectors: tuple[Detector, ...] = DETECTORS) -> Detection:
     """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
 
-    Self-referenced series are scored only once the run has settled (``settled``).
+    Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
     matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
     alarms: list[Alarm] = []
+    fine_steps = np.asarray(timeline.steps)
+    starts = layer_starts(timeline, params, detectors)
+    heads = head_starts(timeline, starts, params)
+    k = block_size(timeline, starts, params) if reference is None else 1
+    block = np.arange(len(fine_steps))
+    if k > 1:  # a block is scored for a column once all its checkpoints are
+        timeline, block = coarsen(timeline, k)
+        starts, heads = -(-starts // k), -(-heads // k)
     steps = np.asarray(timeline.steps)
-    start = settled(timeline, params, detectors)
+    both = (starts, heads)
     cols: list[_Column] = []
     for det in detectors:
         try:
@@ -480,17 +619,14 @@ def run_detection(timeline, params: Params = Params(), reference=None,
             continue
         for name in _series_for(timeline, det):
             for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference,
-                                                             len(steps) if start is None else start):
+                                                             both):
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
     examined = np.zeros(len(steps), dtype=bool)
     for c in cols:
         examined |= np.isfinite(c.sc.z)
-    # per detector mode, the share of all its update-ratio series (whatever their baseline) that
-    # are off, per checkpoint
-    broad_ok = {}
-    for mode in {c.det.mode for c in cols if c.broad}:
-        share = _breadth([c.sc.z for c in cols if c.broad and c.det.mode == mode], params.z_accept)
-        broad_ok[mode] = np.nan_to_num(share, nan=-1.0) >= params.breadth
+    # per detector mode, where the attention step size is off in enough layers (``_broad``)
+    broad_ok = {mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
+                for mode in {c.det.mode for c in cols if c.broad}}
     for c in cols:
         sc = c.sc
         # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
@@ -505,9 +641,11 @@ def run_detection(timeline, params: Params = Params(), reference=None,
             j += 1
         start_i = extend_back(sc.z, i, params.z_accept, ok) if (c.self_ref and params.extend) else i
         alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start_i]), i,
-                            float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed))
+                            float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed, j - i, int(steps[i]),
+                            c.det.mode))
     alarms.sort(key=lambda a: (a.index, -a.score))
-    return Detection(alarms, start, examined)
+    # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
+    return Detection(alarms, np.minimum(starts * k, len(fine_steps)), examined[block], k, int(examined.sum()), steps)
 
 
 def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTORS) -> Detector | None:
@@ -515,14 +653,24 @@ def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTOR
     return next((det for det in detectors if name in _series_for(timeline, det)), None)
 
 
-def _breadth(zs: list[np.ndarray], z_accept: float) -> np.ndarray | None:
-    """[N]: the share of the series ``zs`` that score above ``z_accept`` at each checkpoint, among
-    those scored there (NaN where none is), or None without series."""
-    if not zs:
-        return None
-    z = np.stack(zs)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (z > z_accept).sum(axis=0) / np.isfinite(z).sum(axis=0)
+def _broad(cols: list[_Column], params: Params) -> np.ndarray:
+    """[N] bool: checkpoints at which the attention step size is off (q or k update ratio scoring
+    above ``z_accept``) in at least ``params.breadth`` of the layers scored there, and in two
+    layers at least where two or more are scored.  A step size is global; one layer's q/k update
+    growing alone is that layer's own affair (an attention fault makes its update jump), and a
+    router reacting to it is no step size either."""
+    n = len(cols[0].sc.z) if cols else 0
+    layers = sorted({c.layer for c in cols})
+    off = np.zeros((n, len(layers)), dtype=bool)
+    scored = np.zeros((n, len(layers)), dtype=bool)
+    for c in cols:
+        if c.det.monitor.split(".")[-1] != "update_ratio" or not c.name.startswith("attn"):
+            continue
+        j = layers.index(c.layer)
+        scored[:, j] |= np.isfinite(c.sc.z)
+        off[:, j] |= np.nan_to_num(c.sc.z, nan=-np.inf) > params.z_accept
+    n_off, n_scored = off.sum(axis=1), scored.sum(axis=1)
+    return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= np.minimum(2, n_scored))
 
 
 def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
@@ -539,9 +687,9 @@ def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
     except KeyError:
         return None
     out = np.full((len(timeline.steps), timeline.get(name).shape[1]), np.nan)
-    start = settled(timeline, params, detectors)
-    start = len(timeline.steps) if start is None else start
-    for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference, start):
+    starts = layer_starts(timeline, params, detectors)
+    both = (starts, head_starts(timeline, starts, params))
+    for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference, both):
         out[:, layer] = np.fmax(out[:, layer], sc.z)
     return out
 

@@ -73,7 +73,9 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
     alarms = detection.alarms
     coverage = detect.examination(detection, timeline.steps, params)
     overflow = [f for f in findings if f.get("kind") == "overflow"]
-    verdict = classify.classify(alarms, overflow, _layers(timeline), timeline.steps, coverage)
+    # alarms triggered after the point that holds the divergence do not decide the class
+    verdict = classify.classify(alarms, overflow, _layers(timeline), timeline.steps, coverage,
+                                horizon=detection.point_at_or_after(loss["divergence_step"]))
 
     div = loss["divergence_step"]
     log_alarm = loss["log_only_alarm_step"]

@@ -92,45 +92,56 @@ def test_growing_step_size_is_high_lr():
     assert v["fault_type"] == "high_lr"
 
 
-def test_combined_and_unknown_and_overflow_rules():
-    def alarm(role, idx, layer=0, head=None):
-        return detect.Alarm("m", "m", layer, head, int(STEPS[idx]), idx, 5.0, role, "up")
+def _alarm(role, idx, layer=0, head=None, block=None):
+    block = block or {"step_size": "attn.q.update_ratio", "structure": "attn.D2.entropy2",
+                      "second_order": "attn.D3_over_D2", "logits": "attn.M.spectral_norm"}[role]
+    return detect.Alarm(block, block, layer, head, int(STEPS[idx]), idx, 5.0, role, "up", trigger_step=int(STEPS[idx]))
 
-    v = classify.classify([alarm("structure", 5, 1, 2), alarm("step_size", 6, 0), alarm("step_size", 6, 1)], [], L, STEPS)
+
+def test_classification_rules_and_overflow():
+    a = _alarm
+    # the step size grows in q and k (two series) with the collapse: combined
+    v = classify.classify([a("structure", 5, 1, 2), a("step_size", 6, 0), a("step_size", 6, 0, block="attn.k.update_ratio")],
+                          [], L, STEPS)
     assert v["fault_type"] == "combined" and v["earliest_step"] == STEPS[5]
-    # entropy collapse long after the LR alarms is a consequence, not a second fault
-    v = classify.classify([alarm("step_size", 5), alarm("structure", 12, 0, 1)], [], L, STEPS)
-    assert v["fault_type"] == "high_lr"
-    v = classify.classify([alarm("logits", 5)], [], L, STEPS)
-    assert v["fault_type"] == "unknown" and v["anomalous"]
+    # an entropy collapse long after the step size grew is its consequence
+    assert classify.classify([a("step_size", 5), a("structure", 12, 0, 1)], [], L, STEPS)["fault_type"] == "high_lr"
+    # the step size grew first, and a collapse came within the decision window: both faults
+    assert classify.classify([a("step_size", 5), a("structure", 7, 0, 1)], [], L, STEPS)["fault_type"] == "combined"
+    # only attention logits grew: the classic sign of a too-large step
+    v = classify.classify([a("logits", 5)], [], L, STEPS)
+    assert v["fault_type"] == "high_lr" and v["anomalous"]
     ov = [{"kind": "overflow", "step": 300, "layer": 1, "tensors": ["x.q"], "nonfinite": 3}]
     v = classify.classify([], ov, L, STEPS)
     assert v["fault_type"] == "overflow" and v["earliest_step"] == 300 and v["overflow"]["tensors"] == ["x.q"]
-    v = classify.classify([alarm("structure", 1, 0, 0)], ov, L, STEPS)  # alarm at 200, before the overflow
+    v = classify.classify([a("structure", 1, 0, 0)], ov, L, STEPS)  # alarm at 200, before the overflow
     assert v["fault_type"] == "lowprec_attention" and v["overflow"]["step"] == 300
     v = classify.classify([], [], L, STEPS)
     assert v["fault_type"] == "healthy" and not v["anomalous"]
 
 
-def test_combined_when_a_layer_without_collapse_grows_later():
-    """Entropy collapse first (layer 1), then logit growth / step-size growth in layer 0 whose D2
-    entropy had not collapsed: combined.  The same growth only in the collapsed layer, or in layer 0
-    after layer 0 collapsed too, is the low-precision fault's own consequence."""
-    def alarm(role, idx, layer=0, head=None, block="m"):
-        return detect.Alarm("m", block, layer, head, int(STEPS[idx]), idx, 5.0, role, "up")
+def test_a_collapsing_layers_own_update_jump_is_not_a_step_size():
+    """The old rules read growth in a layer that had not collapsed yet (its update ratio, its
+    logits, the router) as a second, global cause: on the corpus' low-precision runs the other
+    layer's update ratio jumps with the collapse in one series, and its logits and the router move
+    too.  One update-ratio series, logits or a router alone, at or after the collapse, are
+    lowprec_attention; two series within the window are a step size (combined)."""
+    a = _alarm
+    base = [a("structure", 5, 1, 0), a("structure", 5, 1, 2)]
+    for extra in ([a("step_size", 5, 0)], [a("logits", 6, 0)], [a("step_size", 6, 0, block="router.update_ratio")],
+                  [a("logits", 9, 0), a("step_size", 12, 0)]):
+        assert classify.classify(base + extra, [], L, STEPS)["fault_type"] == "lowprec_attention", extra
+    two = [a("step_size", 6, 0), a("step_size", 6, 0, block="router.update_ratio")]
+    assert classify.classify(base + two, [], L, STEPS)["fault_type"] == "combined"
 
-    base = [alarm("structure", 5, 1, 0), alarm("structure", 5, 1, 2)]
-    v = classify.classify(base + [alarm("logits", 9, 0)], [], L, STEPS)
-    assert v["fault_type"] == "combined" and v["earliest_step"] == STEPS[5]
-    v = classify.classify(base + [alarm("step_size", 12, 0)], [], L, STEPS)
-    assert v["fault_type"] == "combined"
-    v = classify.classify(base + [alarm("logits", 5, 1), alarm("step_size", 6, 1)], [], L, STEPS)
-    assert v["fault_type"] == "lowprec_attention"
-    v = classify.classify(base + [alarm("structure", 8, 0, 3), alarm("logits", 10, 0)], [], L, STEPS)
-    assert v["fault_type"] == "lowprec_attention"
-    v = classify.classify(base + [alarm("structure", 8, 0, 3), alarm("step_size", 10, 1, block="router.update_ratio")],
-                          [], L, STEPS)
-    assert v["fault_type"] == "combined"  # the router is never touched by the attention fault
+
+def test_alarms_after_the_divergence_do_not_decide_the_class():
+    """After the loss diverged everything moves: a step-size alarm triggered then is no evidence."""
+    a = _alarm
+    al = [a("structure", 5, 1, 0), a("step_size", 6, 0), a("step_size", 6, 1)]
+    assert classify.classify(al, [], L, STEPS)["fault_type"] == "combined"
+    v = classify.classify(al, [], L, STEPS, horizon=int(STEPS[5]))
+    assert v["fault_type"] == "lowprec_attention" and v["earliest_step"] == STEPS[5]
 
 
 def test_reference_baseline_finds_deviation_and_not_noise():
@@ -191,18 +202,21 @@ def test_alarm_extends_back_over_the_drift_that_led_into_it():
     col[6:] = 0.45  # flatten the head (scale = floor 0.05): z = (0.45 - x) / 0.05
     col[8:10] = 0.45 - 0.05 * 2.5  # z = 2.5: drift, not yet an alarm
     col[10:] = 0.1  # z = 7: the sustained alarm
-    al = [a for a in detect.detect(tl(s)) if (a.layer, a.head) == (1, 2)]
+    ext = detect.Params(extend=True)
+    al = [a for a in detect.detect(tl(s), ext) if (a.layer, a.head) == (1, 2)]
     assert al and al[0].first_step == STEPS[8] and al[0].confirmed_step == STEPS[12]
-    no_ext = [a for a in detect.detect(tl(s), detect.Params(extend=False)) if (a.layer, a.head) == (1, 2)]
+    # the default dates an alarm at its trigger: 2 < z < 3 is not evidence enough (on the corpus the
+    # extension dated a fault 7 steps before its onset)
+    no_ext = [a for a in detect.detect(tl(s)) if (a.layer, a.head) == (1, 2)]
     assert no_ext[0].first_step == STEPS[10]
     # drift alone: nothing
     s2 = healthy(3)
     s2["attn.D2.entropy2"][6:, 1, 2] = 0.45
     s2["attn.D2.entropy2"][8:, 1, 2] = 0.45 - 0.05 * 2.5
-    assert [a for a in detect.detect(tl(s2)) if (a.layer, a.head) == (1, 2)] == []
+    assert [a for a in detect.detect(tl(s2), ext) if (a.layer, a.head) == (1, 2)] == []
     # a gap (a normal checkpoint) between the drift and the alarm: the alarm starts after the gap
     col[9] = 0.45
-    al = [a for a in detect.detect(tl(s)) if (a.layer, a.head) == (1, 2)]
+    al = [a for a in detect.detect(tl(s), ext) if (a.layer, a.head) == (1, 2)]
     assert al[0].first_step == STEPS[10]
 
 
@@ -267,14 +281,14 @@ def test_update_ratio_growth_is_measured_against_its_shrinking_trend():
     dlog = np.full(n, -0.2)
     dlog[8:] = 0.1
     found = []
-    for seed in range(10):
+    for seed in range(20):
         s = _update_ratio_run(seed, n, dlog)
         al = detect.detect(tl(s))
-        assert al, seed
-        found.append(min(a.first_step for a in al))
+        found.append(min((a.first_step for a in al), default=None))
         flat = tuple(dataclasses.replace(d, reference="flat") for d in detect.DETECTORS if d.mode != "shift")
         assert detect.detect(tl(s), detectors=flat) == [], seed  # the old reference misses it
-    assert all(STEPS[8] <= f <= STEPS[9] for f in found), found
+    # both layers must be off together (a step size is global): noise breaks that pairing in 2 seeds
+    assert sum(f is not None and STEPS[8] <= f <= STEPS[9] for f in found) >= 18, found
 
 
 def test_update_ratio_that_stops_shrinking_is_not_an_alarm():
@@ -324,8 +338,9 @@ def test_growth_of_one_module_against_its_trend_needs_the_others():
 
 
 def test_breadth_rejected_checkpoints_never_date_an_alarm():
-    """Both routers grow from checkpoint 5 (2 of 6 update-ratio series: too narrow), q and k join
-    from checkpoint 9: the alarms start at 9, and the dating does not reach back over 5-8."""
+    """Both routers grow from checkpoint 5 (no attention layer's step size with them: not a step
+    size), q and k of both layers join from checkpoint 9: the alarms start at 9; the routers alone
+    raise nothing."""
     n = 20
     steps = np.arange(1, n + 1) * 100
     for seed in range(5):
@@ -334,9 +349,135 @@ def test_breadth_rejected_checkpoints_never_date_an_alarm():
         s["router.update_ratio"] = router["attn.q.update_ratio"][:, :, :1].copy()
         al = detect.detect(Timeline.from_arrays(steps, s))
         assert al and min(a.first_step for a in al) == steps[9], (seed, [(a.block, a.first_step) for a in al])
-        # without the breadth rule the routers alarm from checkpoint 5
-        al0 = detect.detect(Timeline.from_arrays(steps, s), detect.Params(breadth=0.0))
-        assert min(a.first_step for a in al0) == steps[5], seed
+        quiet = _update_ratio_run(seed, n, np.full(n, -0.2), noise=0.01)
+        quiet["router.update_ratio"] = s["router.update_ratio"]
+        assert detect.detect(Timeline.from_arrays(steps, quiet)) == [], seed
+
+
+def test_one_layers_step_size_is_not_broad():
+    """The old breadth rule counted update-ratio series: in a two-layer model one layer's q, k and
+    router are half of them, so a layer's own jump (its attention collapsing, or waking up late)
+    passed as a global step size.  It now needs the q/k update ratios of two layers (and half of
+    them) off together."""
+    n = 20
+    steps = np.arange(1, n + 1) * 100
+    for seed in range(5):
+        s = _update_ratio_run(seed, n, np.full(n, -0.2), noise=0.01)
+        grow = _update_ratio_run(seed + 50, n, np.where(np.arange(n) >= 8, 0.3, -0.2), noise=0.01)
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+            s[name][:, 1] = grow[name][:, 1]
+        s["router.update_ratio"] = s["attn.q.update_ratio"][:, :, :1].copy()
+        assert detect.detect(Timeline.from_arrays(steps, s)) == [], seed
+
+
+def _fine_run(seed, n=150, spacing=10, warmup=100, noise=0.03):
+    """A run saved every ``spacing`` steps: update ratios that rise with a linear LR warm-up and
+    then shrink slowly, D2 entropies at 0.65 that dip to 0.3 in layer 0 while the warm-up peaks
+    (the early-phase transient seen at 10-step saves), ||M|| growing from its initial scale."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1) * spacing
+    lr = np.minimum(1.0, steps / warmup)
+    ratio = (0.3 * lr * (steps / steps[-1]) ** -0.3)[:, None, None] * np.exp(noise * rng.standard_normal((n, L, H)))
+    ent = 0.65 + noise * rng.standard_normal((n, L, H))
+    dip = (steps > 0.5 * warmup) & (steps < 1.5 * warmup)
+    ent[dip, 0, :] = 0.3
+    m = (1.0 - np.exp(-steps / warmup))[:, None, None] * np.ones((n, L, H))
+    s = {"attn.D2.entropy2": ent, "attn.q.update_ratio": ratio, "attn.k.update_ratio": ratio.copy(),
+         "attn.M.spectral_norm": m}
+    for name in ("attn.D2.entropy2", "attn.q.update_ratio", "attn.k.update_ratio"):
+        s[name][0] = np.nan
+    return steps, s
+
+
+def test_warmup_transient_at_fine_cadence_waits_for_the_run_to_settle():
+    """At 10-step saves the D2 entropy of a layer dips for several checkpoints while the LR warms
+    up: scored from the second checkpoint on (the old rule) that is a sustained collapse; a layer is
+    scored only after its step size has fallen to half its peak."""
+    for seed in range(5):
+        steps, s = _fine_run(seed)
+        t = Timeline.from_arrays(steps, s)
+        assert detect.detect(t) == [], seed
+        # what the old rule saw: a head scored from its first value on collapses for 8 checkpoints
+        det = detect.detector_for(t, "attn.D2.entropy2")
+        old = detect.score_self(np.asarray(s["attn.D2.entropy2"][:, 0, 0], np.float64), det, "down", start=0)
+        assert detect.first_sustained(old.exceed, 3) is not None, seed
+        start = detect.layer_starts(t)
+        assert (steps[start] > 100).all()
+
+
+def test_a_layer_that_wakes_up_late_goes_through_its_own_early_phase():
+    """A layer whose QK form stays at its initial scale (below 1/20 of the largest) is not learning
+    yet; when it wakes up, its step size jumps and its D2 entropy collapses for a while (SGD runs in
+    the corpus): not a fault, it settles again first."""
+    for seed in range(5):
+        steps, s = _fine_run(seed, warmup=50)
+        wake = 80  # layer 1 sleeps until checkpoint 80, then learns
+        s["attn.M.spectral_norm"][:wake, 1] = 0.01
+        s["attn.q.update_ratio"][:wake, 1] *= 0.05
+        s["attn.q.update_ratio"][wake:wake + 25, 1] *= 8.0  # its first learning: a big, low-rank move
+        s["attn.k.update_ratio"][:, 1] = s["attn.q.update_ratio"][:, 1]
+        s["attn.D2.entropy2"][wake:wake + 25, 1] = 0.1
+        t = Timeline.from_arrays(steps, s)
+        assert detect.detect(t) == [], seed
+        asleep, _ = detect.dormant(t)
+        assert asleep[wake - 1, 1] and not asleep[wake, 1] and not asleep[:, 0].any()
+        assert detect.layer_starts(t)[1] > wake
+        awake = detect.Params(dormant_ratio=0.0)  # the layer counted as awake all along
+        assert detect.detect(t, awake), seed
+
+
+def test_slow_growth_at_fine_cadence_is_scored_in_blocks():
+    """An LR that grows by 3 % per 10-step save: below the 5 % floor at every checkpoint (the old
+    rule never fires), four times that per block of the run's own time scale."""
+    for seed in range(5):
+        steps, s = _fine_run(seed, n=150, warmup=100, noise=0.01)
+        grow = np.exp(0.03 * np.clip(np.arange(150) - 80, 0, None))[:, None, None]
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+            s[name] = s[name] * grow
+        t = Timeline.from_arrays(steps, s)
+        al = detect.detect(t)
+        assert al and all(a.role == "step_size" for a in al), seed
+        assert steps[80] <= min(a.first_step for a in al) <= steps[100], seed
+        assert detect.detect(t, detect.Params(block=0.0)) == [], seed
+
+
+def test_a_step_size_jump_that_stays_is_high_lr_without_a_baseline():
+    """Every update ratio jumps x3 together at one checkpoint and stays on its (shrinking) trend
+    after it: one big change, then none, so the growth detector (three growing checkpoints) never
+    fires; against its own trend carried forward the level is off from the jump on."""
+    for seed in range(10):
+        s = _update_ratio_run(seed, N, np.full(N, -0.1), noise=0.02)
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+            s[name][10:] *= 3.0
+        t = tl(s)
+        al = detect.detect(t)
+        assert al and min(a.first_step for a in al) == STEPS[10], seed
+        assert {a.test for a in al} == {"shift"}, seed
+        assert classify.classify(al, [], L, STEPS)["fault_type"] == "high_lr"
+        rate_only = tuple(d for d in detect.DETECTORS if d.mode != "shift")
+        assert detect.detect(t, detectors=rate_only) == [], seed
+        # a x2 jump (a warm-up cut to the planned peak) stays below the detector's floor
+        s2 = _update_ratio_run(seed, N, np.full(N, -0.1), noise=0.02)
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+            s2[name][10:] *= 2.0
+        assert detect.detect(tl(s2)) == [], seed
+
+
+def test_too_little_examined_is_inconclusive_never_healthy():
+    """A run that kept only its last checkpoints (its step size still at its first value's level)
+    or that has too few points after it settled gets ``inconclusive`` with what is missing."""
+    steps, s = _fine_run(0, n=150)
+    t = Timeline.from_arrays(steps, s)
+    det = detect.run_detection(t)
+    cov = detect.examination(det, t.steps)
+    assert cov["missing"] is None and classify.classify([], [], L, t.steps, cov)["fault_type"] == "healthy"
+    last = Timeline.from_arrays(steps[-4:], {k: v[-4:] for k, v in s.items()})  # save_total_limit=4
+    cov = detect.examination(detect.run_detection(last), last.steps)
+    v = classify.classify([], [], L, last.steps, cov)
+    assert v["fault_type"] == "inconclusive" and not v["anomalous"] and "early phase" in v["reason"]
+    short = Timeline.from_arrays(steps[:44], {k: v[:44] for k, v in s.items()})  # settles at step 400
+    cov = detect.examination(detect.run_detection(short), short.steps)
+    assert cov["missing"] and "needed" in cov["missing"], cov
 
 
 def test_layer_scores_are_the_detector_scores_or_none():
@@ -345,7 +486,7 @@ def test_layer_scores_are_the_detector_scores_or_none():
     assert detect.layer_scores(t, "attn.M.entropy2") is None  # no detector watches it
     assert detect.layer_scores(t, "router.update_ratio") is None  # not in this timeline
     sc = detect.layer_scores(t, "attn.D2.entropy2")
-    start = detect.settled(t)
+    start = int(detect.layer_starts(t)[1])
     assert sc.shape == (N, L) and np.isnan(sc[:start + 2]).all()  # before the run settled, then warm-up skipped
     det = detect.detector_for(t, "attn.D2.entropy2")
     z = [detect.score_self(np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down", start=start).z
