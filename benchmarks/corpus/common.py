@@ -46,13 +46,14 @@ SEQ_LEN, BATCH_SIZE = 64, 8
 NAN_EXTRA_SAVES = 2  # after a non-finite loss, stop at the save at/after it plus this many more
 
 # tiny models: vocab 256 (bytes), hidden 64, 2 layers, 4 query heads, 2 KV heads, head_dim 16
-_DIMS = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=16, max_position_embeddings=256, tie_word_embeddings=False, use_cache=False,
-             bos_token_id=None, eos_token_id=None, pad_token_id=None)
-_MOE = dict(num_experts_per_tok=2, router_aux_loss_coef=0.01, output_router_logits=True)
+_DIMS = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
+         "tie_word_embeddings": False, "use_cache": False,
+         "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+_MOE = {"num_experts_per_tok": 2, "router_aux_loss_coef": 0.01, "output_router_logits": True}
 MODELS = {  # name -> (model class, config class, extra config) ; MoE: 4 experts of width 32, top-2
-    "llama": (LlamaForCausalLM, LlamaConfig, dict(intermediate_size=128)),
-    "qwen3": (Qwen3ForCausalLM, Qwen3Config, dict(intermediate_size=128)),
+    "llama": (LlamaForCausalLM, LlamaConfig, {"intermediate_size": 128}),
+    "qwen3": (Qwen3ForCausalLM, Qwen3Config, {"intermediate_size": 128}),
     "mixtral": (MixtralForCausalLM, MixtralConfig, dict(intermediate_size=32, num_local_experts=4, **_MOE)),
     "qwen2moe": (Qwen2MoeForCausalLM, Qwen2MoeConfig,
                  dict(intermediate_size=32, moe_intermediate_size=32, shared_expert_intermediate_size=32,
@@ -127,9 +128,10 @@ class RunSpec:
                 parts.append(f"lp{self.severity:g}")
             if self.lr_fault is not None:
                 lf = self.lr_fault
-                parts.append({"growth": f"growth{lf.get('growth', 0):g}", "jump": f"jump{lf.get('factor', 0):g}",
-                              "jump-growth": f"jump{lf.get('factor', 0):g}growth{lf.get('growth', 0):g}",
-                              "ramp": f"ramp{lf.get('factor', 0):g}over{lf.get('ramp_steps', 0)}"}[lf["shape"]])
+                factor, growth = lf.get("factor", 0), lf.get("growth", 0)
+                parts.append({"growth": f"growth{growth:g}", "jump": f"jump{factor:g}",
+                              "jump-growth": f"jump{factor:g}growth{growth:g}",
+                              "ramp": f"ramp{factor:g}over{lf.get('ramp_steps', 0)}"}[lf["shape"]])
             tail = {"lowprec-attention": "lowprec", "high-lr": "highlr"}.get(self.fault, self.fault)
             tail = f"{tail}-{'-'.join(parts)}-on{self.onset}"
         return f"{self.recipe}-{tail}"
@@ -255,13 +257,15 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
     lr_fault = spec.lr_fault or {}
     c = corpus()
     params = {
-        "naming": spec.model, "model": model_config(spec.model).to_diff_dict(), "model_class": model_cls.__name__,
+        "naming": spec.model, "model": model_config(spec.model).to_diff_dict(),
+        "model_class": model_cls.__name__,
         "seq_len": SEQ_LEN, "batch_size": BATCH_SIZE, "framework": spec.framework,
         "optimizer": {"name": spec.opt, "lr": spec.lr, **({"betas": list(spec.betas), "eps": spec.eps}
                                                           if spec.opt == "adamw" else {}),
                       **({"momentum": 0.9} if spec.opt == "sgd" else {}), "weight_decay": spec.wd},
         "schedule": spec.schedule, "warmup": spec.warmup, "save_every": spec.save_every, "lr": spec.lr,
-        "grad_clip": 1.0, "dtype": "float32", "storage": spec.storage, "attn_implementation": faults.ATTN_IMPL,
+        "grad_clip": 1.0, "dtype": "float32", "storage": spec.storage,
+        "attn_implementation": faults.ATTN_IMPL,
         "threads": torch.get_num_threads(), **extra,
     }
     truth = {
@@ -275,15 +279,15 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
         "lr_shape": lr_fault.get("shape"),
         "lr_severity": lr_fault.get("factor", lr_fault.get("growth")),
         "lr_fault": spec.lr_fault,
-        "lowprec": {"mantissa_bits": faults.FAULT.mantissa_bits, "amplification_per_1000_steps": spec.severity}
-        if spec.severity is not None else None,
+        "lowprec": None if spec.severity is None else {"mantissa_bits": faults.FAULT.mantissa_bits,
+                                                       "amplification_per_1000_steps": spec.severity},
         "seed": spec.seed,
         "steps_planned": spec.steps,
         "steps_run": rec.steps[-1] if rec.steps else 0,
         "recipe": spec.recipe,
         "checkpoints": checkpoints,
-        "divergence_rule": {"ema_beta": EMA_BETA, "margin_nats": DIVERGENCE_MARGIN,
-                            "text": "first step where EMA(loss) > running min of EMA + margin, or loss NaN/Inf"},
+        "divergence_rule": {"ema_beta": EMA_BETA, "margin_nats": DIVERGENCE_MARGIN, "text":
+                            "first step where EMA(loss) > running min of EMA + margin, or loss NaN/Inf"},
         "final_loss": _mean_tail(rec.losses),
         "params": params,
         "spec": {**asdict(spec), "betas": list(spec.betas) if spec.betas else None},

@@ -31,7 +31,7 @@ def lowprec_attention(module, query, key, value, attention_mask, scaling=None, d
     """
     head_dim = query.shape[-1]
     if scaling is not None and not math.isclose(scaling, head_dim**-0.5, rel_tol=1e-6):
-        raise ValueError(f"{ATTN_IMPL}: only the standard 1/sqrt(head_dim) scaling is supported, got {scaling}")
+        raise ValueError(f"{ATTN_IMPL}: only the 1/sqrt(head_dim) scaling is supported, got {scaling}")
     if dropout and module.training:
         raise ValueError(f"{ATTN_IMPL}: attention dropout is not supported")
     rep = query.shape[1] // key.shape[1]

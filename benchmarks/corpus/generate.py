@@ -27,7 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make ``benchmarks.corpus`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.corpus.recipes import PARTS, smoke_specs  # noqa: E402
+from benchmarks.corpus.recipes import PARTS, smoke_specs
 
 STACKS = {"hf": "benchmarks.corpus.hf_trainer", "plain": "benchmarks.corpus.plain_loop",
           "lightning": "benchmarks.corpus.lightning_run"}
@@ -50,7 +50,8 @@ def summary_row(name: str, truth: dict) -> str:
     lr = f"{truth['lr_shape']} {truth['lr_severity']:g}" if truth.get("lr_shape") else "-"
     sev = f"{truth['severity']:g}" if truth.get("severity") is not None else "-"
     return (f"{name:<78} {truth['fault']:<17} {truth.get('benign') or '-':<11} {sev:>6} {lr:<15} "
-            f"{_cell(truth['onset_step'] or truth.get('benign_step')):>6} {_cell(truth['divergence_step']):>6} "
+            f"{_cell(truth['onset_step'] or truth.get('benign_step')):>6} "
+            f"{_cell(truth['divergence_step']):>6} "
             f"{_cell(truth['nan_step']):>6} {truth['steps_run']:>5}/{truth['steps_planned']:<5} "
             f"{_cell(truth.get('final_loss')):>7} {truth['elapsed_s']:>7.1f}")
 
@@ -65,7 +66,8 @@ def _cell(v) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True, help="where the parts are written (outside the repository)")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="where the parts are written (outside the repository)")
     ap.add_argument("--part", choices=sorted(PARTS), default="calibration")
     ap.add_argument("--jobs", type=int, default=2, help="runs trained side by side (one thread each)")
     ap.add_argument("--only", metavar="GLOB", help="only runs whose name matches GLOB")
@@ -93,7 +95,8 @@ def main(argv=None) -> int:
         return 0
 
     todo = [s for s in specs if not (part_dir / s.name / "truth.json").is_file()]
-    print(f"{part_dir}: {len(specs) - len(todo)} runs present, training {len(todo)} ...", file=sys.stderr, flush=True)
+    print(f"{part_dir}: {len(specs) - len(todo)} runs present, training {len(todo)} ...",
+          file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     print(SUMMARY_HEAD, flush=True)
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -103,10 +106,11 @@ def main(argv=None) -> int:
             s = futures[fut]
             try:
                 print(summary_row(s.name, fut.result()), flush=True)
-            except Exception as e:  # keep the other runs going; the failed one has no truth.json
+            except Exception as e:  # noqa: BLE001 -- the others go on; the failed run has no truth.json
                 failed += 1
                 print(f"{s.name}: FAILED {type(e).__name__}: {e}", flush=True)
-    print(f"done: {len(todo) - failed} trained, {failed} failed, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    elapsed = time.perf_counter() - t0
+    print(f"done: {len(todo) - failed} trained, {failed} failed, {elapsed:.0f} s", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -17,8 +17,18 @@ from pathlib import Path
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from .common import BATCH_SIZE, BatchStream, RunSpec, StepRecord, build_model, build_optimizer, build_scheduler, \
-    lm_loss, set_step_faults, write_truth
+from .common import (
+    BATCH_SIZE,
+    BatchStream,
+    RunSpec,
+    StepRecord,
+    build_model,
+    build_optimizer,
+    build_scheduler,
+    lm_loss,
+    set_step_faults,
+    write_truth,
+)
 
 
 class _CorpusTrainer(Trainer):

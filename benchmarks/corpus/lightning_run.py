@@ -24,8 +24,17 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from .common import BatchStream, RunSpec, StepRecord, build_model, build_optimizer, build_scheduler, lm_loss, \
-    set_step_faults, write_truth
+from .common import (
+    BatchStream,
+    RunSpec,
+    StepRecord,
+    build_model,
+    build_optimizer,
+    build_scheduler,
+    lm_loss,
+    set_step_faults,
+    write_truth,
+)
 
 CKPT_DIR = "lightning_logs/version_0/checkpoints"
 

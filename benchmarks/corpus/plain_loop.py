@@ -19,8 +19,17 @@ from safetensors.torch import save_file
 
 from ckptscan.timeline import atomic_write
 
-from .common import BatchStream, RunSpec, StepRecord, build_model, build_optimizer, build_scheduler, lm_loss, \
-    set_step_faults, write_truth
+from .common import (
+    BatchStream,
+    RunSpec,
+    StepRecord,
+    build_model,
+    build_optimizer,
+    build_scheduler,
+    lm_loss,
+    set_step_faults,
+    write_truth,
+)
 
 
 def _finite(x: float) -> float | None:

@@ -20,16 +20,17 @@ Qwen3's QK-norm absorbs it (kept as a realistic hard case).
 from __future__ import annotations
 
 from .common import RunSpec
+from .faults import LR_SHAPES
 
 STEPS = {10: 1500, 25: 1500, 50: 1500, 100: 2000, 250: 4000}
 OPTIMIZERS = {
-    "adamw95": dict(opt="adamw", lr=3e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1),
-    "adamw999": dict(opt="adamw", lr=3e-3, betas=(0.9, 0.999), eps=1e-8, wd=0.01),
-    "adamw95-wd0": dict(opt="adamw", lr=3e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.0),
-    "adamw99b8": dict(opt="adamw", lr=3e-3, betas=(0.8, 0.99), eps=1e-8, wd=0.1),  # reported only
-    "adamw95-eps6": dict(opt="adamw", lr=2e-3, betas=(0.9, 0.95), eps=1e-6, wd=0.1),  # reported only
-    "sgd": dict(opt="sgd", lr=0.3, betas=None, eps=None, wd=0.0),
-    "adafactor": dict(opt="adafactor", lr=0.01, betas=None, eps=None, wd=0.0),
+    "adamw95": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
+    "adamw999": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.999), "eps": 1e-8, "wd": 0.01},
+    "adamw95-wd0": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.0},
+    "adamw99b8": {"opt": "adamw", "lr": 3e-3, "betas": (0.8, 0.99), "eps": 1e-8, "wd": 0.1},  # reported only
+    "adamw95-eps6": {"opt": "adamw", "lr": 2e-3, "betas": (0.9, 0.95), "eps": 1e-6, "wd": 0.1},  # reported
+    "sgd": {"opt": "sgd", "lr": 0.3, "betas": None, "eps": None, "wd": 0.0},
+    "adafactor": {"opt": "adafactor", "lr": 0.01, "betas": None, "eps": None, "wd": 0.0},
 }
 
 
@@ -124,7 +125,8 @@ def calibration() -> list[RunSpec]:
         k.lowprec(0.3, 8000), n.lowprec(0.3, 16000),
     ]
     specs += [  # high-lr, four shapes
-        a.highlr(0.5, "growth", growth=8), h.highlr(0.3, "growth", growth=6), u.highlr(0.4, "growth", growth=8),
+        a.highlr(0.5, "growth", growth=8), h.highlr(0.3, "growth", growth=6),
+        u.highlr(0.4, "growth", growth=8),
         y.highlr(0.35, "growth", growth=4), v.highlr(0.3, "growth", growth=3),
         b.highlr(0.4, "jump", factor=12), i.highlr(0.3, "jump", factor=8), o.highlr(0.5, "jump", factor=16),
         r.highlr(0.4, "jump", factor=10), p.highlr(0.35, "jump", factor=5), bb.highlr(0.3, "jump", factor=12),
@@ -137,25 +139,82 @@ def calibration() -> list[RunSpec]:
     ]
     specs += [  # combined: lowprec + an LR shape, both weaker
         a.combined(0.3, 2000, "growth", growth=4), g.combined(0.4, 3000, "jump", factor=6),
-        s.combined(0.35, 2000, "jump-growth", factor=3, growth=3), t.combined(0.3, 2500, "ramp", factor=10,
-                                                                              ramp_steps=300),
+        s.combined(0.35, 2000, "jump-growth", factor=3, growth=3),
+        t.combined(0.3, 2500, "ramp", factor=10, ramp_steps=300),
         b.combined(0.5, 2000, "growth", growth=5), f.combined(0.3, 2500, "jump", factor=5),
         x.combined(0.3, 1500, "growth", growth=3), m.combined(0.45, 2000, "jump-growth", factor=3, growth=4),
         d.combined(0.3, 800, "jump", factor=2), u.combined(0.3, 2500, "ramp", factor=12, ramp_steps=300),
         h.combined(0.4, 2500, "jump", factor=6), q.combined(0.35, 2000, "growth", growth=4),
-        y.combined(0.3, 2000, "ramp", factor=8, ramp_steps=400), i.combined(0.4, 2500, "jump-growth", factor=3,
-                                                                             growth=3),
+        y.combined(0.3, 2000, "ramp", factor=8, ramp_steps=400),
+        i.combined(0.4, 2500, "jump-growth", factor=3, growth=3),
     ]
     return _check(specs)
 
 
+# the reported part's severities, by optimizer (lowprec amplification; LR shapes as keyword sets)
+_LOWPREC = {"adamw": (3000, 5000, 7000, 4000), "sgd": (700, 1200, 1000), "adafactor": (6000, 10000)}
+_LR = {
+    "adamw": {"growth": ({"growth": 5}, {"growth": 7}, {"growth": 9}),
+              "jump": ({"factor": 6}, {"factor": 10}, {"factor": 14}, {"factor": 20}),
+              "jump-growth": ({"factor": 4, "growth": 4}, {"factor": 6, "growth": 3},
+                              {"factor": 3, "growth": 6}),
+              "ramp": ({"factor": 15, "ramp_steps": 200}, {"factor": 30, "ramp_steps": 400},
+                       {"factor": 50, "ramp_steps": 300})},
+    "sgd": {"growth": ({"growth": 2}, {"growth": 4}), "jump": ({"factor": 3}, {"factor": 6}),
+            "jump-growth": ({"factor": 2, "growth": 3}, {"factor": 3, "growth": 2}),
+            "ramp": ({"factor": 4, "ramp_steps": 200}, {"factor": 8, "ramp_steps": 300})},
+}
+_LR["adafactor"] = _LR["adamw"]
+_KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ramp", "combined")
+
+
+def _fault(rc: Recipe, i: int) -> RunSpec:
+    """The i-th fault of the reported part on recipe ``rc``: kind, onset and severity from fixed cycles."""
+    opt, steps = rc.kw["opt"], rc.kw["steps"]
+    kind = _KINDS[i % len(_KINDS)]
+    frac = (0.2, 0.45, (rc.kw["warmup"] + 0.05 * steps) / steps, 0.65, 0.3, 0.55)[i % 6]  # 3rd: after warm-up
+    sev = _LOWPREC[opt][i % len(_LOWPREC[opt])]
+    if kind == "lowprec":
+        return rc.lowprec(frac, sev)
+    if kind == "combined":  # both weaker: half the amplification, half the LR factor's excess or growth
+        shape = LR_SHAPES[i % len(LR_SHAPES)]
+        lr = _LR[opt][shape][i % len(_LR[opt][shape])]
+        weak = {k: v if k == "ramp_steps" else 1 + (v - 1) / 2 if k == "factor" else v / 2
+                for k, v in lr.items()}
+        return rc.combined(frac, sev / 2, shape, **weak)
+    return rc.highlr(frac, kind, **_LR[opt][kind][i % len(_LR[opt][kind])])
+
+
 def reported() -> list[RunSpec]:
-    raise NotImplementedError
+    """45 recipes (9 per cadence), each healthy; 20 benign twins; 65 fault twins.  Recipe settings come
+    from fixed cycles of coprime lengths, so the combinations differ from the calibration part's."""
+    frameworks = ("hf", "plain", "lightning")
+    models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
+    opts = ("adamw99b8", "adamw95-eps6", "adamw95", "sgd", "adamw999", "adafactor", "adamw95-wd0")
+    schedules = ("cos", "lin", "wsd", "const")
+    warmups = (1, 5, 15, 20, 0, 10, 2, 25, 5, 15, 20)
+    recs = []
+    for i in range(45):
+        every = (10, 25, 50, 100, 250)[i % 5]
+        fw = frameworks[i % 3]
+        storage = {"hf": "full", "plain": "torch"}.get(fw, "default") if i % 7 == 3 else "default"
+        model = models[i % 5 if i < 5 else (i // 5 + i) % 5]
+        recs.append(Recipe(fw, model, opts[i % 7], schedules[(i // 5) % 4], warmups[i % 11], every, 200 + i,
+                           storage=storage))
+    specs = [rc.healthy() for rc in recs]
+    for i, rc in enumerate(recs[:20]):
+        event = ("warmup-cut", "data-switch", "rewarm")[i % 3]
+        if event == "warmup-cut" and rc.kw["warmup"] < 30:
+            event = "data-switch"
+        specs.append(rc.benign(event, (0.35, 0.5, 0.6, 0.25)[i % 4]))
+    specs += [_fault(rc, i) for i, rc in enumerate(recs)]
+    specs += [_fault(rc, i + 3) for i, rc in enumerate(recs) if i % 2 == 0]  # a second fault
+    return _check(specs)
 
 
 def smoke_specs() -> list[RunSpec]:
     """One tiny run per stack (60 steps, saves every 20): what the smoke test generates."""
-    tiny = dict(lr=3e-3, schedule="cos", warmup=10, steps=60, save_every=20, seed=0)
+    tiny = {"lr": 3e-3, "schedule": "cos", "warmup": 10, "steps": 60, "save_every": 20, "seed": 0}
     return [
         RunSpec(framework="hf", model="mixtral", opt="adamw", **tiny, fault="lowprec-attention", onset=25,
                 severity=4000),
