@@ -108,7 +108,7 @@ class RunSpec:
             return self.opt
         b1, b2 = self.betas
         tag = f"adamw{str(b2)[2:]}" + ("" if b1 == 0.9 else f"b{str(b1)[2:]}")
-        return tag + ("" if self.eps == 1e-8 else "-eps6") + ("" if self.wd == 0.1 else f"-wd{self.wd:g}")
+        return tag + ("" if self.eps == 1e-8 else f"-eps{self.eps:g}") + ("" if self.wd == 0.1 else f"-wd{self.wd:g}")
 
     @property
     def recipe(self) -> str:

@@ -95,6 +95,11 @@ def main(argv=None) -> int:
         return 0
 
     todo = [s for s in specs if not (part_dir / s.name / "truth.json").is_file()]
+    if part_dir.is_dir() and not args.only:
+        stale = sorted({p.name for p in part_dir.iterdir() if p.is_dir()} - {s.name for s in specs})
+        for name in stale:
+            print(f"note: {part_dir / name} is not in the part's list (an older recipe?): left alone",
+                  file=sys.stderr)
     print(f"{part_dir}: {len(specs) - len(todo)} runs present, training {len(todo)} ...",
           file=sys.stderr, flush=True)
     t0 = time.perf_counter()

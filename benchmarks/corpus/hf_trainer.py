@@ -74,4 +74,5 @@ def train(run: Path, spec: RunSpec) -> dict:
     trainer.train()
     checkpoints = sorted((p for p in run.iterdir() if p.name.startswith("checkpoint-")),
                          key=lambda p: int(p.name.split("-")[1]))
-    return write_truth(run, spec, rec, [p.name for p in checkpoints], {"log": "checkpoint-N/trainer_state.json"})
+    return write_truth(run, spec, rec, [p.name for p in checkpoints],
+                       {"log": "checkpoint-N/trainer_state.json"})

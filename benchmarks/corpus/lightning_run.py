@@ -5,7 +5,7 @@ Layout of ``RUN``::
     config.json                                            the HF model config (model.config.save_pretrained)
     lightning_logs/version_0/metrics.csv                   CSVLogger: train_loss, grad_norm, lr-<Optimizer>
     lightning_logs/version_0/hparams.yaml
-    lightning_logs/version_0/checkpoints/epoch=0-step=N.ckpt   ModelCheckpoint(every_n_train_steps, save_top_k=-1)
+    lightning_logs/version_0/checkpoints/epoch=0-step=N.ckpt   ModelCheckpoint(every_n_train_steps=cadence)
 
 The ``.ckpt`` files are Lightning's full checkpoints (``state_dict`` with the module's ``model.``
 prefix, optimizer and scheduler state, loops, callbacks); hyper-parameters are plain types, so each
@@ -50,7 +50,8 @@ class CorpusModule(L.LightningModule):
 
     def configure_optimizers(self):
         opt = build_optimizer(self.model, self.spec)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": build_scheduler(opt, self.spec), "interval": "step"}}
+        sched = build_scheduler(opt, self.spec)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_train_batch_start(self, batch, batch_idx):
         set_step_faults(self.global_step + 1, self.spec)

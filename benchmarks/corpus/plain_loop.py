@@ -70,7 +70,8 @@ def train(run: Path, spec: RunSpec) -> dict:
             sched.step()
             ce_v = ce.item()
             rec.add(step, ce_v)
-            log.write(json.dumps({"step": step, "loss": _finite(ce_v), "grad_norm": _finite(gnorm), "lr": lr}) + "\n")
+            rec_line = {"step": step, "loss": _finite(ce_v), "grad_norm": _finite(gnorm), "lr": lr}
+            log.write(json.dumps(rec_line) + "\n")
             if step % spec.save_every == 0:
                 log.flush()
                 checkpoints.append(_save(run, spec, step, model, opt, lr))

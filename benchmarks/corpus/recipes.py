@@ -1,7 +1,7 @@
 """The corpus' run lists: two parts, fixed in code (deterministic), that share no seed.
 
-* ``calibration()``: where the detection rules are chosen (seeds 100-199).
-* ``reported()``: generated only after the rules are frozen (seeds 200-299); it also has recipe
+* ``calibration()``: where the detection rules are chosen (seeds 101-127).
+* ``reported()``: generated only after the rules are frozen (seeds 200-244); it also has recipe
   variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
   and 20 % of the run, the OLMoE family, other onsets and severities.
 
@@ -11,10 +11,12 @@ kind and LR shape, and benign events.  Each recipe has a healthy run; fault and 
 twins (same seed, model, batches, schedule).
 
 Run length by cadence (``STEPS``): 1500 steps for saves every 10-50 steps, 2000 for 100, 4000 for 250.
-Severities were measured on these models (README.md, "Calibration of the faults"): AdamW absorbs an
-LR jump of x10-15 after a transient (a jump of x25 diverges within ~10 steps), SGD diverges after
-x8; the lowprec amplification needed is larger than the drills' (AdamW ~4000, SGD ~1500), and
-Qwen3's QK-norm absorbs it (kept as a realistic hard case).
+Severities were measured on these models (README.md, "Calibration of the faults"): on a decayed
+schedule AdamW absorbs an LR jump of x8-12 (loss +0.0..0.5 at the end), while a jump to ~0.035-0.05
+absolute LR (x12-16 on a constant 3e-3) diverges within ~15 steps, before any checkpoint can see it:
+jumps are kept below that.  SGD diverges after x8.  The lowprec amplification needed is larger than
+the drills' (AdamW 3000-6000, SGD 800-1500, Adafactor 8000); Qwen3's QK-norm absorbs 8000 and needs
+~16000 (a realistic hard case).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from .common import RunSpec
 from .faults import LR_SHAPES
 
 STEPS = {10: 1500, 25: 1500, 50: 1500, 100: 2000, 250: 4000}
-OPTIMIZERS = {
+OPTIMIZERS = {  # adamw99b8 and adamw95-eps1e-06: reported part only
     "adamw95": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
     "adamw999": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.999), "eps": 1e-8, "wd": 0.01},
     "adamw95-wd0": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.0},
-    "adamw99b8": {"opt": "adamw", "lr": 3e-3, "betas": (0.8, 0.99), "eps": 1e-8, "wd": 0.1},  # reported only
-    "adamw95-eps6": {"opt": "adamw", "lr": 2e-3, "betas": (0.9, 0.95), "eps": 1e-6, "wd": 0.1},  # reported
+    "adamw99b8": {"opt": "adamw", "lr": 3e-3, "betas": (0.8, 0.99), "eps": 1e-8, "wd": 0.1},
+    "adamw95-eps1e-06": {"opt": "adamw", "lr": 2e-3, "betas": (0.9, 0.95), "eps": 1e-6, "wd": 0.1},
     "sgd": {"opt": "sgd", "lr": 0.3, "betas": None, "eps": None, "wd": 0.0},
     "adafactor": {"opt": "adafactor", "lr": 0.01, "betas": None, "eps": None, "wd": 0.0},
 }
@@ -121,31 +123,31 @@ def calibration() -> list[RunSpec]:
     specs += [  # lowprec-attention
         a.lowprec(0.4, 4000), b.lowprec(0.3, 5000), c.lowprec(0.35, 4000), f.lowprec(0.25, 4000),
         g.lowprec(0.5, 6000), m.lowprec(0.3, 3000), d.lowprec(0.33, 1500), j.lowprec(0.5, 1000),
-        s.lowprec(0.4, 4000), t.lowprec(0.55, 6000), x.lowprec(0.35, 3000), aa.lowprec(0.3, 800),
+        s.lowprec(0.4, 4000), t.lowprec(0.55, 3000), x.lowprec(0.35, 3000), aa.lowprec(0.3, 800),
         k.lowprec(0.3, 8000), n.lowprec(0.3, 16000),
     ]
     specs += [  # high-lr, four shapes
         a.highlr(0.5, "growth", growth=8), h.highlr(0.3, "growth", growth=6),
         u.highlr(0.4, "growth", growth=8),
         y.highlr(0.35, "growth", growth=4), v.highlr(0.3, "growth", growth=3),
-        b.highlr(0.4, "jump", factor=12), i.highlr(0.3, "jump", factor=8), o.highlr(0.5, "jump", factor=16),
-        r.highlr(0.4, "jump", factor=10), p.highlr(0.35, "jump", factor=5), bb.highlr(0.3, "jump", factor=12),
+        b.highlr(0.4, "jump", factor=12), i.highlr(0.3, "jump", factor=8), o.highlr(0.5, "jump", factor=8),
+        r.highlr(0.4, "jump", factor=10), p.highlr(0.35, "jump", factor=5), bb.highlr(0.3, "jump", factor=8),
         f.highlr(0.4, "jump-growth", factor=5, growth=4), c.highlr(0.45, "jump-growth", factor=4, growth=5),
         q.highlr(0.3, "jump-growth", factor=6, growth=3), x.highlr(0.4, "jump-growth", factor=4, growth=4),
         j.highlr(0.3, "jump-growth", factor=3, growth=3), e.highlr(0.3, "jump-growth", factor=4, growth=4),
         g.highlr(0.35, "ramp", factor=30, ramp_steps=300), s.highlr(0.3, "ramp", factor=25, ramp_steps=400),
-        z.highlr(0.5, "ramp", factor=40, ramp_steps=250), d.highlr(0.5, "ramp", factor=8, ramp_steps=200),
+        z.highlr(0.5, "ramp", factor=40, ramp_steps=1000), d.highlr(0.5, "ramp", factor=8, ramp_steps=200),
         m.highlr(0.6, "ramp", factor=20, ramp_steps=200),
     ]
     specs += [  # combined: lowprec + an LR shape, both weaker
         a.combined(0.3, 2000, "growth", growth=4), g.combined(0.4, 3000, "jump", factor=6),
-        s.combined(0.35, 2000, "jump-growth", factor=3, growth=3),
-        t.combined(0.3, 2500, "ramp", factor=10, ramp_steps=300),
+        s.combined(0.35, 1200, "jump-growth", factor=2, growth=3),
+        t.combined(0.3, 1200, "ramp", factor=6, ramp_steps=600),
         b.combined(0.5, 2000, "growth", growth=5), f.combined(0.3, 2500, "jump", factor=5),
-        x.combined(0.3, 1500, "growth", growth=3), m.combined(0.45, 2000, "jump-growth", factor=3, growth=4),
+        x.combined(0.3, 800, "growth", growth=2), m.combined(0.45, 2000, "jump-growth", factor=3, growth=4),
         d.combined(0.3, 800, "jump", factor=2), u.combined(0.3, 2500, "ramp", factor=12, ramp_steps=300),
         h.combined(0.4, 2500, "jump", factor=6), q.combined(0.35, 2000, "growth", growth=4),
-        y.combined(0.3, 2000, "ramp", factor=8, ramp_steps=400),
+        y.combined(0.3, 800, "ramp", factor=6, ramp_steps=800),
         i.combined(0.4, 2500, "jump-growth", factor=3, growth=3),
     ]
     return _check(specs)
@@ -155,7 +157,7 @@ def calibration() -> list[RunSpec]:
 _LOWPREC = {"adamw": (3000, 5000, 7000, 4000), "sgd": (700, 1200, 1000), "adafactor": (6000, 10000)}
 _LR = {
     "adamw": {"growth": ({"growth": 5}, {"growth": 7}, {"growth": 9}),
-              "jump": ({"factor": 6}, {"factor": 10}, {"factor": 14}, {"factor": 20}),
+              "jump": ({"factor": 4}, {"factor": 6}, {"factor": 8}, {"factor": 10}),
               "jump-growth": ({"factor": 4, "growth": 4}, {"factor": 6, "growth": 3},
                               {"factor": 3, "growth": 6}),
               "ramp": ({"factor": 15, "ramp_steps": 200}, {"factor": 30, "ramp_steps": 400},
@@ -168,12 +170,24 @@ _LR["adafactor"] = _LR["adamw"]
 _KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ramp", "combined")
 
 
+# Coarser saves get slower faults (amplification and growth rates scaled, ramps lengthened), so that
+# the loss diverges a few saves after the onset, not before the first one (measured on calibration:
+# combined faults diverge 50-230 steps after onset at full strength).
+_SLOWER = {10: 1.0, 25: 1.0, 50: 1.0, 100: 0.6, 250: 0.4}
+
+
+def _slower(lr: dict, scale: float) -> dict:
+    return {k: round(v / scale) if k == "ramp_steps" else round(v * scale, 3) if k == "growth" else v
+            for k, v in lr.items()}
+
+
 def _fault(rc: Recipe, i: int) -> RunSpec:
     """The i-th fault of the reported part on recipe ``rc``: kind, onset and severity from fixed cycles."""
     opt, steps = rc.kw["opt"], rc.kw["steps"]
+    scale = _SLOWER[rc.kw["save_every"]]
     kind = _KINDS[i % len(_KINDS)]
     frac = (0.2, 0.45, (rc.kw["warmup"] + 0.05 * steps) / steps, 0.65, 0.3, 0.55)[i % 6]  # 3rd: after warm-up
-    sev = _LOWPREC[opt][i % len(_LOWPREC[opt])]
+    sev = round(_LOWPREC[opt][i % len(_LOWPREC[opt])] * scale)
     if kind == "lowprec":
         return rc.lowprec(frac, sev)
     if kind == "combined":  # both weaker: half the amplification, half the LR factor's excess or growth
@@ -181,8 +195,8 @@ def _fault(rc: Recipe, i: int) -> RunSpec:
         lr = _LR[opt][shape][i % len(_LR[opt][shape])]
         weak = {k: v if k == "ramp_steps" else 1 + (v - 1) / 2 if k == "factor" else v / 2
                 for k, v in lr.items()}
-        return rc.combined(frac, sev / 2, shape, **weak)
-    return rc.highlr(frac, kind, **_LR[opt][kind][i % len(_LR[opt][kind])])
+        return rc.combined(frac, sev / 2, shape, **_slower(weak, scale))
+    return rc.highlr(frac, kind, **_slower(_LR[opt][kind][i % len(_LR[opt][kind])], scale))
 
 
 def reported() -> list[RunSpec]:
@@ -190,7 +204,7 @@ def reported() -> list[RunSpec]:
     from fixed cycles of coprime lengths, so the combinations differ from the calibration part's."""
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
-    opts = ("adamw99b8", "adamw95-eps6", "adamw95", "sgd", "adamw999", "adafactor", "adamw95-wd0")
+    opts = ("adamw99b8", "adamw95-eps1e-06", "adamw95", "sgd", "adamw999", "adafactor", "adamw95-wd0")
     schedules = ("cos", "lin", "wsd", "const")
     warmups = (1, 5, 15, 20, 0, 10, 2, 25, 5, 15, 20)
     recs = []
