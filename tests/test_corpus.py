@@ -17,7 +17,7 @@ pytest.importorskip("lightning")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.corpus import faults, recipes
-from benchmarks.corpus.common import SEQ_LEN, RunSpec, build_model, lm_loss
+from benchmarks.corpus.common import SEQ_LEN, RunSpec, StepRecord, build_model, lm_loss
 from benchmarks.corpus.generate import train_one
 from benchmarks.corpus.schedules import planned_lr
 from ckptscan.evaluate import recipe_key
@@ -76,6 +76,14 @@ def test_lr_fault_shapes_and_benign_schedules():
     assert 1 < after / before <= 2
     rewarm = [planned_lr(s, schedule="cos", onset=800, benign="rewarm", **kw) for s in range(790, 900)]
     assert max(rewarm[10:]) <= 0.5 and rewarm[10] < rewarm[9]
+
+
+def test_a_run_stops_two_saves_after_a_non_finite_loss():
+    rec = StepRecord(RunSpec(framework="plain", model="llama", **{**TINY, "steps": 200}))
+    for step, loss in enumerate([3.0] * 44 + [math.nan], start=1):
+        rec.add(step, loss)
+    assert rec.nan_step == 45 and rec.stop_step == 100  # the save at 60 (after the NaN), then 80 and 100
+    assert not rec.should_stop(99) and rec.should_stop(100)
 
 
 def test_parts_are_disjoint_and_cover_the_matrix():

@@ -173,7 +173,7 @@ _KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ra
 # Coarser saves get slower faults (amplification and growth rates scaled, ramps lengthened), so that
 # the loss diverges a few saves after the onset, not before the first one (measured on calibration:
 # combined faults diverge 50-230 steps after onset at full strength).
-_SLOWER = {10: 1.0, 25: 1.0, 50: 1.0, 100: 0.6, 250: 0.4}
+_SLOWER = {10: 1.0, 25: 1.0, 50: 1.0, 100: 0.5, 250: 0.3}
 
 
 def _slower(lr: dict, scale: float) -> dict:
