@@ -94,6 +94,7 @@ def test_parts_are_disjoint_and_cover_the_matrix():
         assert {s.save_every for s in part} == {10, 25, 50, 100, 250}
         assert {s.schedule for s in part} == {"cos", "lin", "wsd", "const"}
         assert {s.fault for s in part} == {"none", "lowprec-attention", "high-lr", "combined"}
+        assert {s.benign for s in part} == {None, "warmup-cut", "data-switch", "rewarm"}
         assert {s.lr_fault["shape"] for s in part if s.lr_fault} == set(faults.LR_SHAPES)
         assert {s.opt for s in part} >= {"adamw", "sgd"} and {s.moe for s in part} == {True, False}
         healthy = {s.recipe for s in part if s.fault == "none" and s.benign is None}
