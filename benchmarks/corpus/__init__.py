@@ -1,0 +1,1 @@
+"""The calibration corpus generator (benchmark-only; needs the ``corpus`` extra). See README.md."""

@@ -1,0 +1,91 @@
+"""Break ``ckptscan eval`` results on a corpus part down by recipe dimension.
+
+    ckptscan eval /work/corpus/calibration --json -o /tmp/cal-analysis > /tmp/cal-eval.json
+    python benchmarks/corpus/breakdown.py --runs /work/corpus/calibration --eval /tmp/cal-eval.json
+
+Joins each eval row (``run`` = the run folder's name) with that run's ``truth.json`` and prints one
+table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
+schedule, model, warm-up.  Columns: runs; fault runs; detected (of the fault runs: alarm at/after the
+onset, before the divergence); class right (of all runs); false alarms (of all runs: any alarm on a
+healthy or benign run, an alarm before the onset on a fault run).  Nothing is hidden: every value of
+every dimension gets its row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+DIMENSIONS = {
+    "framework": lambda t: t["params"].get("framework"),
+    "cadence": lambda t: t["params"].get("save_every"),
+    "fault": lambda t: t["fault"] if not t.get("benign") else f"none ({t['benign']})",
+    "lr shape": lambda t: t.get("lr_shape") or "-",
+    "optimizer": lambda t: (t["params"].get("optimizer") or {}).get("name"),
+    "schedule": lambda t: t["params"].get("schedule"),
+    "model": lambda t: t["params"].get("naming"),
+    "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
+}
+
+
+def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(eval row, truth) pairs; a row whose run folder has no truth.json is reported and left out."""
+    pairs = []
+    for row in rows:
+        tp = runs_dir / row["run"] / "truth.json"
+        if not tp.is_file():
+            print(f"note: {row['run']}: no truth.json under {runs_dir}; left out", file=sys.stderr)
+            continue
+        pairs.append((row, json.loads(tp.read_text())))
+    return pairs
+
+
+def tally(pairs: list[tuple[dict, dict]], key) -> dict:
+    columns = ("runs", "fault", "detected", "class_right", "false_alarms")
+    groups: dict = defaultdict(lambda: dict.fromkeys(columns, 0))
+    for row, truth in pairs:
+        g = groups[key(truth)]
+        g["runs"] += 1
+        g["fault"] += row["truth"] != "healthy"
+        g["detected"] += bool(row.get("detected"))
+        g["class_right"] += bool(row.get("class_right"))
+        g["false_alarms"] += bool(row.get("false_alarm"))
+    return dict(sorted(groups.items(), key=lambda kv: (str(type(kv[0])), kv[0])))
+
+
+def format_tables(pairs: list[tuple[dict, dict]]) -> str:
+    lines = []
+    for dim, key in DIMENSIONS.items():
+        groups = tally(pairs, key)
+        width = max(len(dim), *(len(str(v)) for v in groups))
+        lines.append(f"{dim:<{width}}  runs  fault  detected  class right  false alarms")
+        for value, g in groups.items():
+            det = f"{g['detected']}/{g['fault']}" if g["fault"] else "-"
+            lines.append(f"{value!s:<{width}}  {g['runs']:>4}  {g['fault']:>5}  {det:>8}  "
+                         f"{g['class_right']:>5}/{g['runs']:<5}  {g['false_alarms']:>6}/{g['runs']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, required=True, help="the corpus part (folders with truth.json)")
+    ap.add_argument("--eval", dest="eval_json", type=Path, required=True,
+                    help="the output of ckptscan eval --json")
+    ap.add_argument("--json", action="store_true", help="print the tallies as JSON")
+    args = ap.parse_args(argv)
+    data = json.loads(args.eval_json.read_text())
+    pairs = join(args.runs, data["rows"] if isinstance(data, dict) else data)
+    if args.json:
+        tallies = {dim: {str(k): v for k, v in tally(pairs, key).items()} for dim, key in DIMENSIONS.items()}
+        print(json.dumps(tallies, indent=1))
+    else:
+        print(format_tables(pairs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The corpus' run lists: two parts, fixed in code (deterministic), that share no seed.
+
+* ``calibration()``: where the detection rules are chosen (seeds 101-127).
+* ``reported()``: generated only after the rules are frozen (seeds 200-244); it also has recipe
+  variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
+  and 20 % of the run, the OLMoE family, other onsets and severities.
+
+Both cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
+lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
+kind and LR shape, and benign events.  Each recipe has a healthy run; fault and benign runs are its
+twins (same seed, model, batches, schedule).
+
+Run length by cadence (``STEPS``): 1500 steps for saves every 10-50 steps, 2000 for 100, 4000 for 250.
+Severities were measured on these models (README.md, "Calibration of the faults"): on a decayed
+schedule AdamW absorbs an LR jump of x8-12 (loss +0.0..0.5 at the end), while a jump to ~0.035-0.05
+absolute LR (x12-16 on a constant 3e-3) diverges within ~15 steps, before any checkpoint can see it:
+jumps are kept below that.  SGD diverges after x8.  The lowprec amplification needed is larger than
+the drills' (AdamW 3000-6000, SGD 800-1500, Adafactor 8000); Qwen3's QK-norm absorbs 8000 and needs
+~16000 (a realistic hard case).
+"""
+
+from __future__ import annotations
+
+from .common import RunSpec
+from .faults import LR_SHAPES
+
+STEPS = {10: 1500, 25: 1500, 50: 1500, 100: 2000, 250: 4000}
+OPTIMIZERS = {  # adamw99b8 and adamw95-eps1e-06: reported part only
+    "adamw95": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
+    "adamw999": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.999), "eps": 1e-8, "wd": 0.01},
+    "adamw95-wd0": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.0},
+    "adamw99b8": {"opt": "adamw", "lr": 3e-3, "betas": (0.8, 0.99), "eps": 1e-8, "wd": 0.1},
+    "adamw95-eps1e-06": {"opt": "adamw", "lr": 2e-3, "betas": (0.9, 0.95), "eps": 1e-6, "wd": 0.1},
+    "sgd": {"opt": "sgd", "lr": 0.3, "betas": None, "eps": None, "wd": 0.0},
+    "adafactor": {"opt": "adafactor", "lr": 0.01, "betas": None, "eps": None, "wd": 0.0},
+}
+
+
+class Recipe:
+    """A healthy recipe and constructors for its twins."""
+
+    def __init__(self, framework: str, model: str, opt: str, schedule: str, warmup_pct: float, every: int,
+                 seed: int, storage: str = "default"):
+        steps = STEPS[every]
+        self.kw = dict(framework=framework, model=model, **OPTIMIZERS[opt], schedule=schedule,
+                       warmup=round(warmup_pct * steps / 100), steps=steps, save_every=every, seed=seed,
+                       storage=storage)
+
+    def at(self, frac: float) -> int:
+        """An onset at ``frac`` of the run (not aligned to the saves, as real faults are not)."""
+        return round(frac * self.kw["steps"]) + 7
+
+    def healthy(self) -> RunSpec:
+        return RunSpec(**self.kw)
+
+    def benign(self, event: str, frac: float | None = None) -> RunSpec:
+        """warmup-cut: cut at 2/3 of the planned warm-up (LR x1.5); others at ``frac``."""
+        onset = round(2 * self.kw["warmup"] / 3) if event == "warmup-cut" else self.at(frac)
+        return RunSpec(**self.kw, benign=event, onset=onset)
+
+    def lowprec(self, frac: float, severity: float) -> RunSpec:
+        return RunSpec(**self.kw, fault="lowprec-attention", onset=self.at(frac), severity=severity)
+
+    def highlr(self, frac: float, shape: str, **lr) -> RunSpec:
+        return RunSpec(**self.kw, fault="high-lr", onset=self.at(frac), lr_fault={"shape": shape, **lr})
+
+    def combined(self, frac: float, severity: float, shape: str, **lr) -> RunSpec:
+        return RunSpec(**self.kw, fault="combined", onset=self.at(frac), severity=severity,
+                       lr_fault={"shape": shape, **lr})
+
+
+def _check(specs: list[RunSpec]) -> list[RunSpec]:
+    names = [s.name for s in specs]
+    dup = {n for n in names if names.count(n) > 1}
+    assert not dup, f"duplicate run names: {sorted(dup)}"
+    return specs
+
+
+def calibration() -> list[RunSpec]:
+    R = Recipe
+    # cadence 10
+    a = R("hf", "llama", "adamw95", "cos", 10, 10, 101)
+    b = R("plain", "mixtral", "adamw95", "wsd", 2, 10, 102)
+    c = R("lightning", "qwen2moe", "adamw999", "lin", 25, 10, 103)
+    d = R("hf", "mixtral", "sgd", "cos", 10, 10, 104)
+    e = R("plain", "qwen3", "adafactor", "const", 0, 10, 105)
+    # cadence 25
+    f = R("hf", "mixtral", "adamw95", "cos", 2, 25, 106)
+    g = R("plain", "llama", "adamw95", "const", 10, 25, 107)
+    h = R("lightning", "llama", "adamw95-wd0", "wsd", 10, 25, 108)
+    i = R("hf", "qwen2moe", "adamw999", "lin", 0, 25, 109)
+    j = R("plain", "mixtral", "sgd", "wsd", 2, 25, 110)
+    k = R("lightning", "mixtral", "adafactor", "cos", 10, 25, 111)
+    # cadence 50
+    m = R("plain", "llama", "adamw95", "cos", 25, 50, 112)
+    n = R("hf", "qwen3", "adamw95", "wsd", 10, 50, 113)
+    o = R("lightning", "mixtral", "adamw95", "const", 2, 50, 114)
+    p = R("hf", "llama", "sgd", "lin", 10, 50, 115)
+    q = R("plain", "qwen2moe", "adamw95", "cos", 10, 50, 116, storage="torch")
+    r = R("hf", "mixtral", "adamw95", "cos", 10, 50, 117, storage="full")
+    # cadence 100
+    s = R("hf", "llama", "adamw95", "cos", 10, 100, 118)
+    t = R("plain", "mixtral", "adamw999", "cos", 25, 100, 119)
+    u = R("lightning", "qwen3", "adamw95", "lin", 2, 100, 120)
+    v = R("plain", "llama", "sgd", "const", 10, 100, 121)
+    w = R("hf", "qwen2moe", "adafactor", "wsd", 10, 100, 122)
+    # cadence 250
+    x = R("hf", "mixtral", "adamw95", "cos", 2, 250, 123)
+    y = R("plain", "llama", "adamw95-wd0", "wsd", 10, 250, 124)
+    z = R("lightning", "llama", "adamw999", "cos", 25, 250, 125)
+    aa = R("plain", "qwen2moe", "sgd", "cos", 10, 250, 126)
+    bb = R("lightning", "mixtral", "adamw95", "const", 0, 250, 127)
+    recipes = [a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, q, r, s, t, u, v, w, x, y, z, aa, bb]
+
+    specs = [rc.healthy() for rc in recipes]
+    specs += [  # benign events (fault "none")
+        a.benign("warmup-cut"), c.benign("warmup-cut"), h.benign("warmup-cut"), z.benign("warmup-cut"),
+        b.benign("data-switch", 0.4), g.benign("data-switch", 0.5), s.benign("data-switch", 0.3),
+        x.benign("data-switch", 0.6),
+        f.benign("rewarm", 0.5), m.benign("rewarm", 0.6), t.benign("rewarm", 0.45), y.benign("rewarm", 0.5),
+        o.benign("data-switch", 0.35),
+    ]
+    specs += [  # lowprec-attention
+        a.lowprec(0.4, 4000), b.lowprec(0.3, 5000), c.lowprec(0.35, 4000), f.lowprec(0.25, 4000),
+        g.lowprec(0.5, 6000), m.lowprec(0.3, 3000), d.lowprec(0.33, 1500), j.lowprec(0.5, 1000),
+        s.lowprec(0.4, 4000), t.lowprec(0.55, 3000), x.lowprec(0.35, 3000), aa.lowprec(0.3, 800),
+        k.lowprec(0.3, 8000), n.lowprec(0.3, 16000),
+    ]
+    specs += [  # high-lr, four shapes
+        a.highlr(0.5, "growth", growth=8), h.highlr(0.3, "growth", growth=6),
+        u.highlr(0.4, "growth", growth=8),
+        y.highlr(0.35, "growth", growth=4), v.highlr(0.3, "growth", growth=3),
+        b.highlr(0.4, "jump", factor=12), i.highlr(0.3, "jump", factor=8), o.highlr(0.5, "jump", factor=8),
+        r.highlr(0.4, "jump", factor=10), p.highlr(0.35, "jump", factor=5), bb.highlr(0.3, "jump", factor=8),
+        f.highlr(0.4, "jump-growth", factor=5, growth=4), c.highlr(0.45, "jump-growth", factor=4, growth=5),
+        q.highlr(0.3, "jump-growth", factor=6, growth=3), x.highlr(0.4, "jump-growth", factor=4, growth=4),
+        j.highlr(0.3, "jump-growth", factor=3, growth=3), e.highlr(0.3, "jump-growth", factor=4, growth=4),
+        g.highlr(0.35, "ramp", factor=30, ramp_steps=300), s.highlr(0.3, "ramp", factor=25, ramp_steps=400),
+        z.highlr(0.5, "ramp", factor=40, ramp_steps=1000), d.highlr(0.5, "ramp", factor=8, ramp_steps=200),
+        m.highlr(0.6, "ramp", factor=20, ramp_steps=200),
+    ]
+    specs += [  # combined: lowprec + an LR shape, both weaker
+        a.combined(0.3, 2000, "growth", growth=4), g.combined(0.4, 3000, "jump", factor=6),
+        s.combined(0.35, 1200, "jump-growth", factor=2, growth=3),
+        t.combined(0.3, 1200, "ramp", factor=6, ramp_steps=600),
+        b.combined(0.5, 2000, "growth", growth=5), f.combined(0.3, 2500, "jump", factor=5),
+        x.combined(0.3, 800, "growth", growth=2), m.combined(0.45, 2000, "jump-growth", factor=3, growth=4),
+        d.combined(0.3, 800, "jump", factor=2), u.combined(0.3, 2500, "ramp", factor=12, ramp_steps=300),
+        h.combined(0.4, 2500, "jump", factor=6), q.combined(0.35, 2000, "growth", growth=4),
+        y.combined(0.3, 800, "ramp", factor=6, ramp_steps=800),
+        i.combined(0.4, 2500, "jump-growth", factor=3, growth=3),
+    ]
+    return _check(specs)
+
+
+# the reported part's severities, by optimizer (lowprec amplification; LR shapes as keyword sets)
+_LOWPREC = {"adamw": (3000, 5000, 7000, 4000), "sgd": (700, 1200, 1000), "adafactor": (6000, 10000)}
+_LR = {
+    "adamw": {"growth": ({"growth": 5}, {"growth": 7}, {"growth": 9}),
+              "jump": ({"factor": 4}, {"factor": 6}, {"factor": 8}, {"factor": 10}),
+              "jump-growth": ({"factor": 4, "growth": 4}, {"factor": 6, "growth": 3},
+                              {"factor": 3, "growth": 6}),
+              "ramp": ({"factor": 15, "ramp_steps": 200}, {"factor": 30, "ramp_steps": 400},
+                       {"factor": 50, "ramp_steps": 300})},
+    "sgd": {"growth": ({"growth": 2}, {"growth": 4}), "jump": ({"factor": 3}, {"factor": 6}),
+            "jump-growth": ({"factor": 2, "growth": 3}, {"factor": 3, "growth": 2}),
+            "ramp": ({"factor": 4, "ramp_steps": 200}, {"factor": 8, "ramp_steps": 300})},
+}
+_LR["adafactor"] = _LR["adamw"]
+_KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ramp", "combined")
+
+
+# Coarser saves get slower faults (amplification and growth rates scaled, ramps lengthened), so that
+# the loss diverges a few saves after the onset, not before the first one (measured on calibration:
+# combined faults diverge 50-230 steps after onset at full strength).
+_SLOWER = {10: 1.0, 25: 1.0, 50: 1.0, 100: 0.5, 250: 0.3}
+
+
+def _slower(lr: dict, scale: float) -> dict:
+    return {k: round(v / scale) if k == "ramp_steps" else round(v * scale, 3) if k == "growth" else v
+            for k, v in lr.items()}
+
+
+def _fault(rc: Recipe, i: int) -> RunSpec:
+    """The i-th fault of the reported part on recipe ``rc``: kind, onset and severity from fixed cycles."""
+    opt, steps = rc.kw["opt"], rc.kw["steps"]
+    scale = _SLOWER[rc.kw["save_every"]]
+    kind = _KINDS[i % len(_KINDS)]
+    frac = (0.2, 0.45, (rc.kw["warmup"] + 0.05 * steps) / steps, 0.65, 0.3, 0.55)[i % 6]  # 3rd: after warm-up
+    sev = round(_LOWPREC[opt][i % len(_LOWPREC[opt])] * scale)
+    if kind == "lowprec":
+        return rc.lowprec(frac, sev)
+    if kind == "combined":  # both weaker: half the amplification, half the LR factor's excess or growth
+        shape = LR_SHAPES[i % len(LR_SHAPES)]
+        lr = _LR[opt][shape][i % len(_LR[opt][shape])]
+        weak = {k: v if k == "ramp_steps" else 1 + (v - 1) / 2 if k == "factor" else v / 2
+                for k, v in lr.items()}
+        return rc.combined(frac, sev / 2, shape, **_slower(weak, scale))
+    return rc.highlr(frac, kind, **_slower(_LR[opt][kind][i % len(_LR[opt][kind])], scale))
+
+
+def reported() -> list[RunSpec]:
+    """45 recipes (9 per cadence), each healthy; 20 benign twins; 65 fault twins.  Recipe settings come
+    from fixed cycles of coprime lengths, so the combinations differ from the calibration part's."""
+    frameworks = ("hf", "plain", "lightning")
+    models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
+    opts = ("adamw99b8", "adamw95-eps1e-06", "adamw95", "sgd", "adamw999", "adafactor", "adamw95-wd0")
+    schedules = ("cos", "lin", "wsd", "const")
+    warmups = (1, 5, 15, 20, 0, 10, 2, 25, 5, 15, 20)
+    recs = []
+    for i in range(45):
+        every = (10, 25, 50, 100, 250)[i % 5]
+        fw = frameworks[i % 3]
+        storage = {"hf": "full", "plain": "torch"}.get(fw, "default") if i % 7 == 3 else "default"
+        model = models[i % 5 if i < 5 else (i // 5 + i) % 5]
+        recs.append(Recipe(fw, model, opts[i % 7], schedules[(i // 5) % 4], warmups[i % 11], every, 200 + i,
+                           storage=storage))
+    specs = [rc.healthy() for rc in recs]
+    for i, rc in enumerate(recs[:20]):
+        event = ("warmup-cut", "data-switch", "rewarm")[i % 3]
+        if event == "warmup-cut" and rc.kw["warmup"] < 30:
+            event = "data-switch"
+        specs.append(rc.benign(event, (0.35, 0.5, 0.6, 0.25)[i % 4]))
+    specs += [_fault(rc, i) for i, rc in enumerate(recs)]
+    specs += [_fault(rc, i + 3) for i, rc in enumerate(recs) if i % 2 == 0]  # a second fault
+    return _check(specs)
+
+
+def smoke_specs() -> list[RunSpec]:
+    """One tiny run per stack (60 steps, saves every 20): what the smoke test generates."""
+    tiny = {"lr": 3e-3, "schedule": "cos", "warmup": 10, "steps": 60, "save_every": 20, "seed": 0}
+    return [
+        RunSpec(framework="hf", model="mixtral", opt="adamw", **tiny, fault="lowprec-attention", onset=25,
+                severity=4000),
+        RunSpec(framework="plain", model="llama", opt="adamw", **tiny, fault="high-lr", onset=30,
+                lr_fault={"shape": "jump", "factor": 10}),
+        RunSpec(framework="lightning", model="qwen2moe", opt="adamw", **tiny, benign="data-switch", onset=30),
+    ]
+
+
+PARTS = {"calibration": calibration, "reported": reported}

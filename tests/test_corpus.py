@@ -1,0 +1,132 @@
+"""The calibration corpus generator (benchmarks/corpus): its attention kernel, LR shapes, run lists,
+and one tiny run per training stack.  Skipped without the ``corpus`` extra (transformers, lightning)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.corpus import faults, recipes
+from benchmarks.corpus.common import SEQ_LEN, RunSpec, StepRecord, build_model, lm_loss
+from benchmarks.corpus.generate import train_one
+from benchmarks.corpus.schedules import planned_lr
+from ckptscan.evaluate import recipe_key
+
+TINY = {"opt": "adamw", "lr": 3e-3, "schedule": "cos", "warmup": 10, "steps": 60, "save_every": 20, "seed": 0}
+
+
+def _grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    loss, ce = lm_loss(model, ids)
+    loss.backward()
+    return ce.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", ["llama", "mixtral"])
+def test_lowprec_kernel_matches_eager_attention_when_inactive(name):
+    spec = RunSpec(framework="plain", model=name, **TINY)
+    ours = build_model(spec)
+    eager = build_model(spec)
+    eager.config._attn_implementation = "eager"
+    ids = torch.randint(0, 256, (2, SEQ_LEN + 1), generator=torch.Generator().manual_seed(0))
+    faults.set_lowprec(1, onset=None, severity=None)
+    ce_ours, g_ours = _grads(ours, ids)
+    ce_eager, g_eager = _grads(eager, ids)
+    torch.testing.assert_close(ce_ours, ce_eager, rtol=1e-5, atol=1e-6)
+    for n in g_eager:
+        torch.testing.assert_close(g_ours[n], g_eager[n], rtol=1e-4, atol=1e-7, msg=n)
+    # switched on, the fault moves only the q/k gradients (D enters dS; dV and the forward are exact)
+    faults.set_lowprec(500, onset=1, severity=1000.0)
+    try:
+        ce_fault, g_fault = _grads(ours, ids)
+    finally:
+        faults.set_lowprec(1, onset=None, severity=None)
+    torch.testing.assert_close(ce_fault, ce_ours)
+    layer = "model.layers.1.self_attn."
+    assert not torch.allclose(g_fault[layer + "q_proj.weight"], g_ours[layer + "q_proj.weight"])
+    torch.testing.assert_close(g_fault[layer + "v_proj.weight"], g_ours[layer + "v_proj.weight"])
+
+
+def test_lr_fault_shapes_and_benign_schedules():
+    assert faults.lr_multiplier(99, 100, {"shape": "jump", "factor": 8}) == 1.0
+    assert faults.lr_multiplier(100, 100, {"shape": "jump", "factor": 8}) == 8.0
+    assert faults.lr_multiplier(1100, 100, {"shape": "growth", "growth": 2}) == pytest.approx(math.e**2)
+    jg = {"shape": "jump-growth", "factor": 4, "growth": 3}
+    assert faults.lr_multiplier(100, 100, jg) == 4
+    assert faults.lr_multiplier(1100, 100, jg) == pytest.approx(4 * math.e**3)
+    ramp = {"shape": "ramp", "factor": 11, "ramp_steps": 100}
+    assert faults.lr_multiplier(149, 100, ramp) == pytest.approx(6.0)
+    assert faults.lr_multiplier(199, 100, ramp) == faults.lr_multiplier(900, 100, ramp) == 11
+    kw = {"peak": 1.0, "warmup": 300, "total": 1500}
+    for sched in ("cos", "lin", "wsd", "const"):
+        assert planned_lr(300, schedule=sched, **kw) == 1.0
+    assert planned_lr(1500, schedule="lin", **kw) == 0.0 and planned_lr(1200, schedule="wsd", **kw) == 1.0
+    # warm-up cut at 200 of a planned 300: the LR jumps by x1.5 to the peak, never more than x2
+    before, after = (planned_lr(s, schedule="cos", onset=200, benign="warmup-cut", **kw) for s in (199, 200))
+    assert 1 < after / before <= 2
+    rewarm = [planned_lr(s, schedule="cos", onset=800, benign="rewarm", **kw) for s in range(790, 900)]
+    assert max(rewarm[10:]) <= 0.5 and rewarm[10] < rewarm[9]
+
+
+def test_a_run_stops_two_saves_after_a_non_finite_loss():
+    rec = StepRecord(RunSpec(framework="plain", model="llama", **{**TINY, "steps": 200}))
+    for step, loss in enumerate([3.0] * 44 + [math.nan], start=1):
+        rec.add(step, loss)
+    assert rec.nan_step == 45 and rec.stop_step == 100  # the save at 60 (after the NaN), then 80 and 100
+    assert not rec.should_stop(99) and rec.should_stop(100)
+
+
+def test_parts_are_disjoint_and_cover_the_matrix():
+    cal = recipes.calibration()
+    assert {s.seed for s in cal}.isdisjoint(s.seed for s in recipes.reported())
+    for part in (cal, recipes.reported()):
+        assert {s.framework for s in part} == {"hf", "plain", "lightning"}
+        assert {s.save_every for s in part} == {10, 25, 50, 100, 250}
+        assert {s.schedule for s in part} == {"cos", "lin", "wsd", "const"}
+        assert {s.fault for s in part} == {"none", "lowprec-attention", "high-lr", "combined"}
+        assert {s.benign for s in part} == {None, "warmup-cut", "data-switch", "rewarm"}
+        assert {s.lr_fault["shape"] for s in part if s.lr_fault} == set(faults.LR_SHAPES)
+        assert {s.opt for s in part} >= {"adamw", "sgd"} and {s.moe for s in part} == {True, False}
+        healthy = {s.recipe for s in part if s.fault == "none" and s.benign is None}
+        assert all(s.recipe in healthy for s in part), "every run has a healthy twin"
+
+
+@pytest.fixture
+def keep_threads():
+    """train_one trains on one thread (as the corpus does); give the test session its threads back."""
+    old = torch.get_num_threads()
+    yield
+    torch.set_num_threads(old)
+
+
+def test_one_tiny_run_per_stack(tmp_path, keep_threads):
+    trees = {"hf": "checkpoint-{}/model.safetensors", "plain": "step_{}/model.safetensors",
+             "lightning": "lightning_logs/version_0/checkpoints/epoch=0-step={}.ckpt"}
+    for spec in recipes.smoke_specs():
+        run = tmp_path / spec.name
+        truth = train_one(str(run), spec)
+        assert json.loads((run / "truth.json").read_text()) == json.loads(json.dumps(truth))
+        assert truth["steps_run"] == 60 and truth["checkpoints"] and truth["divergence_step"] is None
+        for step in (20, 40, 60):
+            assert (run / trees[spec.framework].format(step)).is_file()
+        assert truth["fault"] == spec.fault
+        assert truth["onset_step"] == (spec.onset if spec.fault != "none" else None)
+        assert recipe_key(truth)  # the keys ckptscan eval pairs twins with are present
+        for key in ("naming", "model", "seq_len", "batch_size", "framework", "optimizer", "schedule"):
+            assert key in truth["params"]
+    hf, _, lightning = (tmp_path / s.name for s in recipes.smoke_specs())
+    assert (lightning / "config.json").is_file()  # Lightning: the HF config at the run root
+    state = json.loads((hf / "checkpoint-60" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == list(range(1, 61))
+    sd = torch.load(lightning / trees["lightning"].format(60), weights_only=True)
+    assert any(k.startswith("model.model.layers.0.self_attn.q_proj") for k in sd["state_dict"])
