@@ -46,6 +46,7 @@ much quieter than any single head.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -161,7 +162,7 @@ def _detrended(win: list[tuple[int, float]], t: int) -> list[float]:
     slope = the median change per checkpoint between consecutive window values."""
     if len(win) < 2:
         return [a for _, a in win]
-    slope = float(np.median([(b - a) / (j - i) for (i, a), (j, b) in zip(win, win[1:])]))
+    slope = float(np.median([(b - a) / (j - i) for (i, a), (j, b) in itertools.pairwise(win)]))
     return [a + slope * (t - i) for i, a in win]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ckptscan.errors import UsageError
+from ckptscan.errors import CkptscanError, UsageError
 
 TRUTH_CLASS = {"lowprec-attention": "lowprec_attention", "high-lr": "high_lr", "combined": "combined",
                "none": "healthy", "benign": "healthy", "overflow": "overflow"}
@@ -82,10 +82,19 @@ def score_run(truth: dict, summary: dict) -> dict:
         "verdict": v["fault_type"],
         "class_right": (v["fault_type"] == tclass),
         "confidence": v.get("confidence"),
+        "decision": v.get("decision"),
         "earliest_step": earliest,
         # the checkpoint at which the persistence rule had seen enough to raise the alarm
         "confirmed_step": confirmed,
         "confirmed_before_divergence": (confirmed is not None and confirmed < div) if (diverged_fault and detected) else None,
+        # an online reader of the checkpoints could have raised the alarm this long before the divergence
+        "confirmed_lead_time": (div - confirmed) if (diverged_fault and detected and confirmed is not None
+                                                     and confirmed < div) else None,
+        # ckptscan's lead minus the log-only rule's, a missed detection counting as no lead (0); the
+        # rule read by its first alarm at/after the onset, and by its first alarm (a false alarm before
+        # the onset is then no detection, as ckptscan's are)
+        "lead_over_log_only": ((lead or 0) - (log_lead or 0)) if diverged_fault else None,
+        "lead_over_log_only_first": ((lead or 0) - (log_first_lead or 0)) if diverged_fault else None,
         "after_onset": (earliest - onset) if (faulty and earliest is not None and onset is not None) else None,
         "lead_time": lead,
         "log_only_alarm": log_alarm,
@@ -158,7 +167,13 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, **analyze_kwargs) -> list[
     rows = []
     for run in runs:
         truth = json.loads((run / "truth.json").read_text())
-        res = analyze(run, out_dir=root / run.name, **analyze_kwargs)
+        try:
+            res = analyze(run, out_dir=root / run.name, **analyze_kwargs)
+        except CkptscanError as e:  # one run that cannot be analysed is a row, not the end of the evaluation
+            rows.append({"run": run.name, "truth": truth_class(truth), "verdict": "error", "error": str(e),
+                         "class_right": False, "false_alarm": False, "detected": False if not is_fault_free(truth)
+                         else None, "divergence": truth.get("divergence_step"), "onset": truth.get("onset_step")})
+            continue
         row = score_run(truth, res.summary)
         row["run"] = run.name
         steps = res.summary["loss"].get("log_only_alarm_steps") or []
@@ -175,15 +190,34 @@ def totals(rows: list[dict]) -> dict:
         "detected": sum(bool(r["detected"]) for r in faulty),
         "class_right": sum(bool(r["class_right"]) for r in rows),
         "false_alarms": sum(bool(r["false_alarm"]) for r in rows),
-        "beats_log_only": sum(bool(r["beats_log_only"]) for r in faulty),
+        "beats_log_only": sum(bool(r.get("beats_log_only")) for r in faulty),
         "beats_log_only_first": sum(bool(r.get("beats_log_only_first")) for r in faulty),
         "beats_log_only_specific": sum(bool(r.get("beats_log_only_specific")) for r in faulty),
         "with_twin": sum(r.get("beats_log_only_specific") is not None for r in faulty),
         "confirmed_before_divergence": sum(bool(r.get("confirmed_before_divergence")) for r in faulty),
         "diverged": sum(r["divergence"] is not None for r in faulty),
-        "log_only_cried_wolf": sum(bool(r["log_only_cried_wolf"]) for r in rows),
+        "log_only_cried_wolf": sum(bool(r.get("log_only_cried_wolf")) for r in rows),
         "healthy_runs": len(clean),
+        "inconclusive": sum(r["verdict"] == "inconclusive" for r in rows),
+        "errors": sum(r["verdict"] == "error" for r in rows),
+        # per fault class: the median, over diverged fault runs, of ckptscan's lead minus the log-only
+        # rule's (read by its first alarm at/after the onset, and by its first alarm)
+        "median_lead_over_log_only": _medians(faulty, "lead_over_log_only"),
+        "median_lead_over_log_only_first": _medians(faulty, "lead_over_log_only_first"),
     }
+
+
+def _medians(rows: list[dict], key: str) -> dict:
+    return {k: _median([r[key] for r in rows if r["truth"] == k and r.get(key) is not None])
+            for k in sorted({r["truth"] for r in rows})}
+
+
+def _median(xs: list) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return float(xs[m]) if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 COLUMNS = [("run", "run"), ("truth", "truth"), ("onset", "onset"), ("divergence", "diverge"),

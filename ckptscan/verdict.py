@@ -52,11 +52,12 @@ def _clean(o):
 
 
 def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None,
-          checkpoint_steps=None, params: detect.Params = detect.Params(), loss: dict | None = None) -> dict:
+          checkpoint_steps=None, params: detect.Params | None = None, loss: dict | None = None) -> dict:
     """``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
     against the log's steps; when they cannot be aligned the lead time is not reported.
     ``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
     ``logs.summarize`` result already at hand (it is read from the run otherwise)."""
+    params = params if params is not None else detect.Params()
     loss = loss if loss is not None else logs.summarize(run_dir, log_file)
     log = dict(loss["log"])
     curve = loss["curve"]

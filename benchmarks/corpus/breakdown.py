@@ -7,8 +7,10 @@ Joins each eval row (``run`` = the run folder's name) with that run's ``truth.js
 table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
 schedule, model, warm-up.  Columns: runs; fault runs; detected (of the fault runs: alarm at/after the
 onset, before the divergence); class right (of all runs); false alarms (of all runs: any alarm on a
-healthy or benign run, an alarm before the onset on a fault run).  Nothing is hidden: every value of
-every dimension gets its row.
+healthy or benign run, an alarm before the onset on a fault run); inconclusive verdicts; the medians,
+over diverged fault runs, of ckptscan's lead minus the log-only rule's, that rule read by its first
+alarm and by its first alarm at or after the onset (``ckptscan.evaluate.score_run``).  Nothing is
+hidden: every value of every dimension gets its row.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-DIMENSIONS = {
-    "framework": lambda t: t["params"].get("framework"),
+DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as the drills' recipe
+    "framework": lambda t: t["params"].get("framework", "drill"),
     "cadence": lambda t: t["params"].get("save_every"),
     "fault": lambda t: t["fault"] if not t.get("benign") else f"none ({t['benign']})",
-    "lr shape": lambda t: t.get("lr_shape") or "-",
-    "optimizer": lambda t: (t["params"].get("optimizer") or {}).get("name"),
+    "lr shape": lambda t: t.get("lr_shape") or ("growth" if t["fault"] in ("high-lr", "combined") else "-"),
+    "optimizer": lambda t: (t["params"].get("optimizer") or {"name": "adamw"}).get("name"),
     "schedule": lambda t: t["params"].get("schedule"),
     "model": lambda t: t["params"].get("naming"),
     "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
@@ -43,9 +45,18 @@ def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:
     return pairs
 
 
+LEADS = ("lead_over_log_only_first", "lead_over_log_only")  # its first alarm; its first at/after onset
+
+
+def median(xs: list) -> float | None:
+    xs = sorted(xs)
+    m = len(xs) // 2
+    return None if not xs else float(xs[m]) if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
 def tally(pairs: list[tuple[dict, dict]], key) -> dict:
-    columns = ("runs", "fault", "detected", "class_right", "false_alarms")
-    groups: dict = defaultdict(lambda: dict.fromkeys(columns, 0))
+    columns = ("runs", "fault", "detected", "class_right", "false_alarms", "inconclusive")
+    groups: dict = defaultdict(lambda: {**dict.fromkeys(columns, 0), **{k: [] for k in LEADS}})
     for row, truth in pairs:
         g = groups[key(truth)]
         g["runs"] += 1
@@ -53,6 +64,13 @@ def tally(pairs: list[tuple[dict, dict]], key) -> dict:
         g["detected"] += bool(row.get("detected"))
         g["class_right"] += bool(row.get("class_right"))
         g["false_alarms"] += bool(row.get("false_alarm"))
+        g["inconclusive"] += row.get("verdict") == "inconclusive"
+        for k in LEADS:
+            if row.get(k) is not None:
+                g[k].append(row[k])
+    for g in groups.values():
+        for k in LEADS:
+            g[k] = median(g[k])
     return dict(sorted(groups.items(), key=lambda kv: (str(type(kv[0])), kv[0])))
 
 
@@ -61,11 +79,14 @@ def format_tables(pairs: list[tuple[dict, dict]]) -> str:
     for dim, key in DIMENSIONS.items():
         groups = tally(pairs, key)
         width = max(len(dim), *(len(str(v)) for v in groups))
-        lines.append(f"{dim:<{width}}  runs  fault  detected  class right  false alarms")
+        lines.append(f"{dim:<{width}}  runs  fault  detected  class right  false alarms  inconclusive  "
+                     f"lead - log-only (1st / 1st after onset)")
         for value, g in groups.items():
             det = f"{g['detected']}/{g['fault']}" if g["fault"] else "-"
+            leads = " / ".join("-" if g[k] is None else f"{g[k]:g}" for k in LEADS)
             lines.append(f"{value!s:<{width}}  {g['runs']:>4}  {g['fault']:>5}  {det:>8}  "
-                         f"{g['class_right']:>5}/{g['runs']:<5}  {g['false_alarms']:>6}/{g['runs']}")
+                         f"{g['class_right']:>5}/{g['runs']:<5}  {g['false_alarms']:>6}/{g['runs']:<5}  "
+                         f"{g['inconclusive']:>12}  {leads}")
         lines.append("")
     return "\n".join(lines)
 

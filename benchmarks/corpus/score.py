@@ -1,0 +1,120 @@
+"""Score ckptscan on corpus parts (and drill sets): every table docs/detection.md gives.
+
+    python benchmarks/corpus/score.py --runs /work/corpus/calibration --out /work/corpus-ana/calibration
+    python benchmarks/corpus/score.py --runs /work/corpus/reported --out /work/corpus-ana/reported --jobs 2
+    python benchmarks/corpus/score.py --runs /work/corpus/calibration /work/drillsets/*/runs --confidence
+
+Each run folder (with a truth.json) is analysed like any run (``ckptscan.api.analyze``, results
+cached under ``--out/<run>``: a re-run only re-judges), then scored with ``ckptscan.evaluate``.
+Prints the totals, the breakdown per recipe dimension (``breakdown.py``), the lead over the
+log-only rule per fault class, and the confidence check: per decision path, how many verdicts had
+the right class, and how often verdicts with confidence >= 0.9 were right.  ``--confidence``
+prints the table in the form ``ckptscan.classify.CONFIDENCE`` takes (only for calibration runs:
+the confidence is set there, then checked on the reported part).  Rows go to ``--out/eval.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.corpus import breakdown
+
+
+def _analyze(args: tuple[str, str]) -> str:
+    import torch
+
+    from ckptscan.api import analyze
+    from ckptscan.errors import CkptscanError
+
+    run, out = args
+    torch.set_num_threads(1)
+    if (Path(out) / "summary.json").is_file():
+        return "cached"
+    try:
+        analyze(run, out_dir=out, device="cpu", replay=False)
+        return "ok"
+    except CkptscanError as e:
+        return f"error: {e}"
+
+
+def rows_for(runs_dirs: list[Path], out: Path, jobs: int) -> list[tuple[dict, dict]]:
+    from ckptscan import evaluate
+
+    runs = [r for d in runs_dirs for r in evaluate.find_runs(d)]
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise SystemExit("two runs share a folder name; score the parts separately")
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for run, status in zip(runs, pool.map(_analyze, [(str(r), str(out / r.name)) for r in runs])):
+            if status not in ("ok", "cached"):
+                print(f"{run.name}: {status}", file=sys.stderr)
+    pairs = []
+    for d in runs_dirs:
+        for row in evaluate.evaluate(d, out_root=out, device="cpu", replay=False):
+            pairs.append((row, json.loads((d / row["run"] / "truth.json").read_text())))
+    return pairs
+
+
+def confidence_table(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    table: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        if r.get("decision"):
+            table[r["decision"]][0] += bool(r["class_right"])
+            table[r["decision"]][1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(table.items())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, nargs="+", required=True, help="folders of runs (each with truth.json)")
+    ap.add_argument("--out", type=Path, required=True, help="analysis root (outside the repository)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--confidence", action="store_true", help="print the CONFIDENCE table these runs give")
+    args = ap.parse_args(argv)
+    from ckptscan import evaluate
+
+    pairs = rows_for(args.runs, args.out, args.jobs)
+    rows = [r for r, _ in pairs]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "eval.json").write_text(json.dumps({"rows": rows, "totals": evaluate.totals(rows)}, indent=1,
+                                                   default=str))
+    t = evaluate.totals(rows)
+    fault = [r for r in rows if r["truth"] != "healthy"]
+    clean = [r for r in rows if r["truth"] == "healthy"]
+    print(f"runs {t['runs']}: healthy/benign {len(clean)}, fault {len(fault)}")
+    print(f"false alarms: {sum(r['false_alarm'] for r in clean)}/{len(clean)} healthy/benign runs, "
+          f"{sum(r['false_alarm'] for r in fault)}/{len(fault)} fault runs dated before their onset")
+    print(f"fault runs detected (at/after onset, before divergence): {t['detected']}/{len(fault)}")
+    print(f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "
+          f"runs; inconclusive {t['inconclusive']}, errors {t['errors']}")
+    print(f"median lead over the log-only rule (diverged fault runs), the rule read by its first alarm: "
+          f"{t['median_lead_over_log_only_first']}; by its first alarm at/after the onset: "
+          f"{t['median_lead_over_log_only']}")
+    conf_lead = sorted(r["confirmed_lead_time"] for r in fault if r.get("confirmed_lead_time") is not None)
+    print(f"alarm confirmed before the divergence: {t['confirmed_before_divergence']}/{t['diverged']} diverged "
+          f"(median confirmed lead {conf_lead[len(conf_lead) // 2] if conf_lead else '-'} steps)")
+    print()
+    print(breakdown.format_tables(pairs))
+    table = confidence_table(rows)
+    print("decision path                 right / verdicts   confidence now")
+    from ckptscan.classify import confidence
+
+    for path, (right, n) in table.items():
+        print(f"{path:28s}  {right:>5} / {n:<8}  {confidence(path):.2f}")
+    sure = [r for r in rows if isinstance(r.get("confidence"), (int, float)) and r["confidence"] >= 0.9]
+    print(f"verdicts with confidence >= 0.9: {sum(r['class_right'] for r in sure)}/{len(sure)} right")
+    if args.confidence:
+        print("\nCONFIDENCE = " + json.dumps(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
