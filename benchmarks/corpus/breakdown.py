@@ -27,7 +27,7 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
     "fault": lambda t: t["fault"] if not t.get("benign") else f"none ({t['benign']})",
     "lr shape": lambda t: t.get("lr_shape") or ("growth" if t["fault"] in ("high-lr", "combined") else "-"),
     "optimizer": lambda t: (t["params"].get("optimizer") or {"name": "adamw"}).get("name"),
-    "schedule": lambda t: t["params"].get("schedule"),
+    "schedule": lambda t: {"cosine": "cos", "constant": "const"}.get(t["params"].get("schedule"), t["params"].get("schedule")),
     "model": lambda t: t["params"].get("naming"),
     "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
 }
