@@ -1,42 +1,32 @@
 """Baselines, scores and persistent alarms: when did each monitor leave healthy behaviour?
 
 A fault is a deviation from healthy behaviour, not a low value by itself (docs/detection.md).
-Each *detector* below watches one timeline series and knows how healthy training moves it:
+``run_detection`` does four things, each in a function of its own:
 
-* ``level`` series (spectral entropies of the update) hover around a level once warm-up is over;
-  a deviation is a departure from that level.
-* ``rate`` series (update-to-weight ratios, ||D3||/||D2||, logit growth) trend in healthy training
-  (they shrink as the LR decays and the weights grow), so the quantity scored is the
-  checkpoint-to-checkpoint change of their log.  The reference for an "up" series is "no growth"
-  or the run's own recent growth, whichever is larger (``reference="flat"``): a trend reversal
-  that keeps growing is the anomaly, not the trend.  Update ratios (``reference="trend"``) are
-  measured against the run's own recent change instead, but only where they actually grow (by
-  more than the floor, 5 % per checkpoint): under Adam the update size follows the LR schedule, so
-  a healthy update ratio shrinks checkpoint after checkpoint, and one that grows while its trend
-  was shrinking by 20 % per checkpoint has broken the schedule by more than its growth alone says.
-  A value that does not grow by more than the floor is never abnormal for them (it scores at
-  most 0) and enters the baseline, so the trend follows a schedule that flattens (a cosine
-  reaching its floor, a constant LR) instead of staying at its old slope.  A step size is global:
-  such an alarm must start (and is dated back only over checkpoints) where at least half of all
-  update-ratio series are off too (``Params.breadth``).
-
-Self-referenced baseline (no healthy run given), per series:
-  reference b_t = median of the *accepted* values in a lagged window of the last ``window``
-  checkpoints, skipping the first ``warmup_skip`` defined values (the warm-up: huge updates,
-  fast-moving spectra); scale s_t = max(floor, 1.4826 * MAD of that window); one-sided score
-  z_t = (x_t - b_t) / s_t (sign by direction).  A value with z_t > ``z_accept`` (2, below the alarm
-  threshold ``z`` = 3) is *not* accepted into later baselines, so an ongoing fault, even a slow
-  one, never becomes the new normal.  An alarm needs ``persist`` consecutive exceeding
-  checkpoints (the *trigger*; ``Alarm.index``, what the classifier orders alarms by).  Its step
-  (``first_step``) is the start of the stretch of consecutive scores above ``z_accept`` that leads
-  into the trigger (``extend``): the drift the baseline had already refused to absorb.  The
-  trigger, and so every decision, is unchanged by this dating.
+1. *What is examined* (``layer_starts``, ``head_starts``, ``dormant``): a layer is scored once it
+   has left its early phase, read from its weights: its step size (``step_size``, the log of its
+   median update ratio) has fallen to half its peak, or it is 4x as old as at that peak; a layer or
+   head whose QK form is still below 1/20 of the largest head's is not learning yet and settles
+   again after it wakes up.  Too little examined makes the verdict inconclusive (``examination``).
+2. *The run's own time scale* (``block_size``, ``coarsen``): checkpoints closer than a quarter of
+   the run's settling time are scored in blocks (medians), so that every rule below, counted in
+   points, means the same at any save cadence.
+3. *Scores* per column (``score_self``): each ``Detector`` knows how healthy training moves its
+   series: ``level`` series (D2 entropies) hover around a level; ``rate`` series (update ratios,
+   ||D3||/||D2||, logits) trend, so the change of their log per point is scored, against "no
+   growth" or their recent growth (``reference="flat"``), or, for update ratios, against their own
+   recent change but only where they grow (``"trend"``); ``shift`` scores the update ratios' log
+   level against their own trend carried forward (a step-size jump that stays).  Reference b_t =
+   median of the *accepted* values among the last ``window`` points, scale = max(floor, 1.4826
+   MAD); one-sided z.  Values with z > ``z_accept`` never enter later baselines.
+4. *Alarms*: ``persist`` consecutive points with z > ``z``, dated at the first of them (the
+   trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
+   step size is off in enough layers (``_broad``).
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
-step-to-step spread, whichever is larger.  Same persistence rule, no dating extension.  Per-head
-series are matched to reference heads by their early level, not by slot
-(``_reference_columns``).
+step-to-step spread, whichever is larger.  Per-head series are matched to reference heads by
+their early level, not by slot (``_reference_columns``); no blocks.
 
 Head-scope series whose fault acts on every head at once (update ratios) are reduced to one
 series per layer first (median over heads): it is the whole layer that moves, and the median is
