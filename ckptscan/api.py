@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ckptscan import __version__, logs
@@ -14,7 +16,7 @@ from ckptscan.activation_stage import add_churn_final
 from ckptscan.discover import Checkpoint, Skipped, discover_run, no_checkpoints_error
 from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_INPUT, InputError, UsageError
 from ckptscan.layouts import load_config_file
-from ckptscan.pipeline import Options, check_out_dir, default_out_dir, resolve_device, run_analysis
+from ckptscan.pipeline import Options, check_out_dir, resolve_device, run_analysis
 from ckptscan.timeline import Timeline, assemble, atomic_write
 
 SCHEMA = "ckptscan/1"
@@ -32,27 +34,34 @@ class Result:
 
     @property
     def verdict(self) -> dict:
-        return self.summary["verdict"]
+        return self.summary.get("verdict") or {}
 
     @property
     def anomalous(self) -> bool:
-        return bool(self.summary["verdict"]["anomalous"])
+        return bool((self.summary.get("verdict") or {}).get("anomalous"))
 
     @property
     def inconclusive(self) -> bool:
-        return self.summary["verdict"].get("fault_type") == "inconclusive"
+        return self.verdict.get("fault_type") == "inconclusive"
+
+    @property
+    def state(self) -> str:
+        """anomalous, inconclusive, healthy or no verdict: what every report's headline says."""
+        from ckptscan.report.data import outcome
+
+        return outcome(self.summary).state
 
     def exit_code(self, fail_on: str = "anomaly") -> int:
-        """0 healthy, 1 anomaly found, 3 input error, 5 inconclusive; ``fail_on`` picks what fails
-        (docs/cli.md).  An inconclusive run never passes as healthy unless ``fail_on="never"``."""
+        """0 healthy, 1 anomaly found, 3 input error, 5 inconclusive (or no verdict); ``fail_on``
+        picks what fails (docs/cli.md).  Only a healthy run passes, unless ``fail_on="never"``."""
         if fail_on == "never":
             return EXIT_HEALTHY
-        input_error = any(s.error for s in self.skipped)
-        if self.anomalous and fail_on == "anomaly":
+        state = self.state
+        if state == "anomalous" and fail_on == "anomaly":
             return EXIT_ANOMALY
-        if input_error:
+        if any(s.error for s in self.skipped):
             return EXIT_INPUT
-        if self.inconclusive:
+        if state in ("inconclusive", "no verdict"):
             return EXIT_INCONCLUSIVE
         return EXIT_HEALTHY
 
@@ -101,14 +110,26 @@ def analyze(
     ``kv_heads`` override the head counts of any config.
     """
     t0 = time.time()
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     run_dir = Path(run_dir)
-    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError("no such folder" if not run_dir.exists() else
+                         "not a folder (give the folder that holds the checkpoints)", run_dir)
+    selection = {"steps": steps, "every": every, "step_regex": step_regex}
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir, selection)
     check_out_dir(out, run_dir)
+    claim_out_dir(out, run_dir, selection)
     if layout_file is not None and not Path(layout_file).is_file():
         raise UsageError(f"--layout {layout_file}: no such file")
+    if log_file is not None and not Path(log_file).exists():
+        raise UsageError(f"--log {log_file}: no such file or folder")
     layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
     found = discover_run(run_dir, step_regex=step_regex, steps=steps, every=every)
     ckpts, skipped = found.checkpoints, found.skipped
+    if debug:  # stop at the first bad checkpoint, also one that discovery already turned away
+        bad = next((x for x in skipped if x.error), None)
+        if bad is not None:
+            raise InputError(bad.reason, bad.path)
     if not ckpts:
         raise no_checkpoints_error(run_dir, skipped, steps=steps, step_regex=step_regex)
     options = Options(
@@ -124,6 +145,7 @@ def analyze(
     if log_file is None:
         log_file = logs.find_log(found.run_folder, None, found.framework.logs if found.framework else ())
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / OWNER_FILE, json.dumps({"run": str(run_dir.resolve()), "selection": selection}))
 
     def progress(i, ck, status):
         if on_progress:
@@ -170,11 +192,62 @@ def analyze(
         "monitors": timeline.names(),
         "findings": findings,
         **judgement,
+        "started_at": started,
         "elapsed_s": round(time.time() - t0, 3),
     }
+    from ckptscan.report.data import outcome
+
+    summary["outcome"] = outcome(summary).as_dict()
     result = Result(run_dir, out, summary, timeline, skipped)
     atomic_write(out / "summary.json", result.to_json())
     return result
+
+
+OWNER_FILE = "run.json"  # in an output folder: the run (resolved path) and checkpoint selection it holds
+
+
+def _selection_words(selection: dict) -> str:
+    words = [f"--{k.replace('_', '-')} {v}" for k, v in selection.items() if v is not None]
+    return " ".join(words) or "all checkpoints"
+
+
+def default_out_dir(run_dir: Path, selection: dict) -> Path:
+    """``./ckptscan-out/<run-name>/``, with the selection in the name when there is one
+    (``<run-name>.every-2``), and a hash of the run's path added when that folder already holds
+    another run of the same name."""
+    resolved = run_dir.resolve()
+    name = resolved.name
+    for key, value in selection.items():
+        if value is not None:
+            text = str(value) if key != "step_regex" else hashlib.sha256(value.encode()).hexdigest()[:8]
+            name += f".{key.replace('_', '-')}-" + "".join(c if c.isalnum() else "-" for c in text)
+    base = Path.cwd() / "ckptscan-out" / name
+    owner = _owner(base)
+    if owner is None or owner.get("run") == str(resolved):
+        return base
+    return base.with_name(f"{name}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:8]}")
+
+
+def _owner(out: Path) -> dict | None:
+    try:
+        record = json.loads((out / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def claim_out_dir(out: Path, run_dir: Path, selection: dict) -> None:
+    """An output folder holds one analysis: refuse one that holds another run's results, or this
+    run's with another checkpoint selection (its summary and timeline would be replaced)."""
+    owner = _owner(out)
+    if owner is None:
+        return
+    if owner.get("run") != str(run_dir.resolve()):
+        raise UsageError(f"output folder {out} holds the results of another run ({owner.get('run')}); "
+                         f"choose another with -o")
+    if owner.get("selection") != selection:
+        raise UsageError(f"output folder {out} holds the analysis of {_selection_words(owner.get('selection') or {})}; "
+                         f"this one ({_selection_words(selection)}) would replace it: choose another with -o")
 
 
 def model_inputs(config_file, layout_file, heads, kv_heads) -> tuple[Path | None, Path | None, dict]:

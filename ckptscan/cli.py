@@ -8,10 +8,14 @@ which of 1, 3 and 5 fail the command.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
+from typing import ClassVar
 
 import click
 
@@ -19,16 +23,70 @@ from ckptscan import __version__
 from ckptscan._alloc import bound_heap_growth
 from ckptscan.errors import EXIT_INTERNAL, CkptscanError
 
+MAX_WIDTH = 100  # every report line fits in this many columns (docs/report.md)
+PROGRESS_EVERY_S = 5.0  # without a terminal: a progress line at most this often (and first, last, skipped)
+
 
 def _console(stderr: bool = False):
+    """A rich console at most ``MAX_WIDTH`` wide (narrower when the terminal is)."""
     from rich.console import Console
 
     no_color = bool(os.environ.get("NO_COLOR"))
-    return Console(stderr=stderr, no_color=no_color, highlight=False, width=None if sys.stdout.isatty() else 100)
+    stream = sys.stderr if stderr else sys.stdout
+    width = min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns) if stream.isatty() else MAX_WIDTH
+    return Console(stderr=stderr, no_color=no_color, highlight=False, width=width)
+
+
+class _Main(click.Group):
+    """The ``ckptscan`` group: subcommands with heavy imports (torch) are imported only when run, so
+    that ``--help`` and ``--version`` stay fast; a usage mistake is one line on stderr (exit 2), like
+    every other error."""
+
+    # name -> (module, attribute, one-line help for ``ckptscan --help``)
+    LAZY: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "drill": ("ckptscan.drills.cli", "drill", "Train a tiny model with a fault injected; write a checkpointed run."),
+        "eval": ("ckptscan.evaluate", "eval_cmd", "Analyse every drill run (folders with truth.json) and score the verdicts."),
+    }
+
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY:
+            module, attr, _ = self.LAZY[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(n, self.LAZY[n][2] if n in self.LAZY else self.commands[n].get_short_help_str(limit=80))
+                for n in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else "ckptscan"
+            click.echo(f"ckptscan: error: {e.format_message()} (see '{where} --help')", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"ckptscan: error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("ckptscan: aborted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def handle_errors(fn):
-    """One line naming the file and the problem, the right exit code; tracebacks only with --debug."""
+    """One line naming the file and the problem, the right exit code; tracebacks only with --debug.
+
+    When the command stops before a verdict, the CI outputs it was asked for still say so: a JUnit
+    file (``--junit``) and, under GitHub Actions, an annotation and the job summary read "no verdict"
+    with the error, instead of being missing or left over from an earlier run."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -38,8 +96,7 @@ def handle_errors(fn):
         except CkptscanError as e:
             if debug:
                 raise
-            click.echo(f"ckptscan: error: {e}", err=True)
-            sys.exit(e.exit_code)
+            _stop(f"error: {e}", e.exit_code, kwargs)
         except KeyboardInterrupt:
             click.echo("ckptscan: interrupted (finished checkpoints are kept; re-run to resume)", err=True)
             sys.exit(130)
@@ -48,13 +105,24 @@ def handle_errors(fn):
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
                 raise
-            click.echo(f"ckptscan: internal error: {type(e).__name__}: {e} (re-run with --debug for the traceback)", err=True)
-            sys.exit(EXIT_INTERNAL)
+            _stop(f"internal error: {type(e).__name__}: {e} (re-run with --debug for the traceback)", EXIT_INTERNAL,
+                  kwargs)
 
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _stop(message: str, code: int, kwargs: dict):
+    click.echo(f"ckptscan: {message}", err=True)
+    if "junit_file" in kwargs:  # analyze, report: the commands whose outputs CI reads
+        from ckptscan.report.ci import no_verdict_outputs
+
+        run = kwargs.get("run_dir") or kwargs.get("out_dir")
+        for problem in no_verdict_outputs(message, run=str(run), junit_file=kwargs.get("junit_file")):
+            click.echo(f"ckptscan: warning: {problem}", err=True)
+    sys.exit(code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
 @click.version_option(__version__, prog_name="ckptscan")
 def main():
     """Offline checkpoint forensics for LLM training runs.
@@ -66,6 +134,10 @@ def main():
     bound_heap_growth()  # the CLI owns the process: keep peak memory flat over many checkpoints
 
 
+def _existing(dir_okay=True, file_okay=True):
+    return click.Path(exists=True, dir_okay=dir_okay, file_okay=file_okay, path_type=Path)
+
+
 def _common_analysis_options(fn):
     opts = [
         click.option("--steps", metavar="START:END", help="Only checkpoints with START <= step <= END (either side may be empty)."),
@@ -73,9 +145,9 @@ def _common_analysis_options(fn):
         click.option("--step-regex", metavar="REGEX", help="Regex with one group capturing the step, for unusual checkpoint names."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
                      help="Where the maths runs; auto takes CUDA when present."),
-        click.option("--layout", "layout_file", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("--layout", "layout_file", type=_existing(dir_okay=False),
                      help="TOML file mapping tensor-name regexes to roles, for architectures ckptscan does not know (docs/layouts.md)."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("--config", "config_file", type=_existing(dir_okay=False),
                      help="Model config for checkpoints that carry none: an HF config.json, or a layout TOML (as --layout)."),
         click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config)."),
         click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (grouped-query attention; overrides any config)."),
@@ -84,8 +156,9 @@ def _common_analysis_options(fn):
         click.option("--replay/--no-replay", default=True, show_default=True, help="Use replay activation files when the run has them."),
         click.option("--replay-pattern", metavar="PATTERN",
                      help="Where replay files are, relative to the run dir, e.g. 'replay/step_{step}.h5' (default: replay.h5 in each checkpoint)."),
-        click.option("--log", "log_file", type=click.Path(dir_okay=False, path_type=Path), help="Training log (trainer_state.json, *.jsonl, *.csv) to read the loss from."),
-        click.option("--baseline", type=click.Path(file_okay=False, path_type=Path), help="A healthy reference run of the same recipe to compare against step by step."),
+        click.option("--log", "log_file", type=_existing(),
+                     help="Training log to read the loss from: trainer_state.json, *.jsonl, *.csv, or TensorBoard event files (a file or their folder)."),
+        click.option("--baseline", type=_existing(file_okay=False), help="A healthy reference run of the same recipe to compare against step by step."),
         click.option("--debug", is_flag=True, help="Show tracebacks and stop at the first bad checkpoint."),
     ]
     for o in reversed(opts):
@@ -93,8 +166,13 @@ def _common_analysis_options(fn):
     return fn
 
 
+FAIL_ON_HELP = ("anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: exit 3 on "
+                "unreadable input, 5 when inconclusive, never 1; never: 0 whatever the verdict (errors that stop "
+                "the command still exit 2, 3 or 4).")
+
+
 @main.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=_existing(file_okay=False))
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (default ./ckptscan-out/<run-name>/). Never inside the run directory.")
 @_common_analysis_options
@@ -102,9 +180,8 @@ def _common_analysis_options(fn):
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a self-contained HTML report.")
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML file for CI systems.")
 @click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="anomaly", show_default=True,
-              help="anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: exit 3 on "
-                   "unreadable input, 5 when inconclusive, never 1; never: always 0.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar; only the verdict line.")
+              help=FAIL_ON_HELP)
+@click.option("-q", "--quiet", is_flag=True, help="No progress; only the verdict line (and skipped inputs on stderr).")
 @handle_errors
 def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, config_file, heads, kv_heads,
             trust_pickle, replay, replay_pattern, log_file, baseline, debug, as_json, html_file, junit_file,
@@ -122,8 +199,7 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     from ckptscan.api import analyze as run
     from ckptscan.report import emit
 
-    show_progress = not quiet and not as_json and sys.stderr.isatty()
-    with _progress(show_progress) as on_progress:
+    with _progress(not quiet) as on_progress:
         result = run(
             run_dir, out_dir=out_dir, steps=steps, every=every, step_regex=step_regex, device=device,
             layout_file=layout_file, trust_pickle=trust_pickle, replay=replay, replay_pattern=replay_pattern,
@@ -131,21 +207,31 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
             on_progress=on_progress, debug=debug,
             command=["ckptscan", *sys.argv[1:]],
         )
+    for sk in result.skipped:  # on stderr too: with --quiet or --json this is the only place they show
+        kind = "warning: skipped" if sk.error else "note: skipped (expected in a live run)"
+        click.echo(f"ckptscan: {kind} {sk.path}: {sk.reason}", err=True)
     emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console())
     sys.exit(result.exit_code(fail_on))
 
 
 class _progress:
-    """A rich progress bar over checkpoints (with ETA), or nothing when not wanted."""
+    """Progress over checkpoints on stderr: a rich bar (with ETA) in a terminal; otherwise plain lines
+    for CI logs, for the first and the last checkpoint, every skipped one and at most every
+    ``PROGRESS_EVERY_S`` seconds in between, each with the time so far and an ETA.  Nothing when
+    not wanted."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, every_s: float = PROGRESS_EVERY_S, clock=time.monotonic):
         self.enabled = enabled
+        self.every_s = every_s
+        self.clock = clock
         self.bar = None
         self.task = None
 
     def __enter__(self):
         if not self.enabled:
             return None
+        if not sys.stderr.isatty():
+            return self._lines()
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -159,16 +245,40 @@ class _progress:
 
         return update
 
+    def _lines(self):
+        start = self.clock()
+        last = [None]
+
+        def update(i, total, ck, status):
+            now = self.clock()
+            done = i + 1
+            if not (last[0] is None or done == total or status == "skipped" or now - last[0] >= self.every_s):
+                return
+            last[0] = now
+            elapsed = now - start
+            eta = elapsed / done * (total - done)
+            click.echo(f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {status}; {_duration(elapsed)} elapsed, "
+                       f"ETA {_duration(eta)}", err=True)
+
+        return update
+
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.__exit__(*exc)
         return False
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 @main.command()
-@click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--layout", "layout_file", type=click.Path(dir_okay=False, path_type=Path), help="User layout file (TOML).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Model config (HF config.json or a layout TOML).")
+@click.argument("checkpoint", type=_existing())
+@click.option("--layout", "layout_file", type=_existing(dir_okay=False), help="User layout file (TOML).")
+@click.option("--config", "config_file", type=_existing(dir_okay=False), help="Model config (HF config.json or a layout TOML).")
 @click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config).")
 @click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (overrides any config).")
 @click.option("--trust-pickle", is_flag=True, help="Allow torch files that need arbitrary unpickling (executes code: only for trusted files).")
@@ -192,34 +302,23 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 
 
 @main.command()
-@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("out_dir", type=_existing(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the stored summary JSON.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a JUnit XML file.")
 @click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="never", show_default=True,
               help="Exit code policy, as for analyze.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict line.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def report(out_dir, as_json, html_file, junit_file, fail_on, debug):
+def report(out_dir, as_json, html_file, junit_file, fail_on, quiet, debug):
     """Re-render a stored result (an analyze output folder) without recomputing."""
     from ckptscan.api import load_result
     from ckptscan.report import emit
 
     result = load_result(out_dir)
-    emit(result, as_json=as_json, quiet=False, html_file=html_file, junit_file=junit_file, console=_console())
+    emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console())
     sys.exit(result.exit_code(fail_on))
-
-
-def _register_stage_commands():
-    """Commands that live with their own stage: drills (fault-injection runs) and eval."""
-    from ckptscan.drills.cli import drill
-    from ckptscan.evaluate import eval_cmd
-
-    main.add_command(drill)
-    main.add_command(eval_cmd)
-
-
-_register_stage_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -218,7 +218,7 @@ def test_deepspeed_zero3_two_ranks_match_zero_to_fp32(tmp_path):
     res = CliRunner().invoke(main, ["analyze", str(root), "-o", str(tmp_path / "o"), "--heads", "4",
                                     "--kv-heads", "2", "--json", "--device", "cpu", "--fail-on", "never"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["checkpoints"]["analyzed"] == 1
+    assert json.loads(res.stdout)["checkpoints"]["analyzed"] == 1
 
 
 def test_deepspeed_zero3_with_a_rank_missing_is_incomplete(tmp_path):

@@ -148,11 +148,15 @@ def test_unreadable_checkpoint_is_skipped_and_the_rest_analysed(tmp_path):
 def test_cli_errors_are_one_line(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["analyze", str(tmp_path / "missing"), "-o", str(tmp_path / "o")])
-    assert r.exit_code == 3
+    assert r.exit_code == 2  # a path on the command line that is not there: a usage error, as in every command
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "missing" in lines[0] and "Traceback" not in r.output
     r = runner.invoke(main, ["analyze", str(tmp_path), "--steps", "x"])
     assert r.exit_code == 2
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
+        "ckptscan: error: --steps 'x': expected START:END, e.g. 1000:5000 or :5000"]
+    r = runner.invoke(main, ["analyze", str(tmp_path), "--every", "0"])  # click's own check: one line too
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and "--every" in r.stderr
 
 
 def test_inspect_shows_layout(tmp_path):

@@ -163,7 +163,8 @@ def test_terminal_report_order_width_and_no_colour():
 
 def test_terminal_quiet_healthy_and_skipped():
     res = make_result(anomalous=False, skipped=["checkpoint-7/model.safetensors"])
-    assert render_terminal(res, quiet=True).strip() == "HEALTHY: no sustained anomaly in the monitors"
+    assert render_terminal(res, quiet=True).strip() == ("HEALTHY: no sustained anomaly in the monitors; "
+                                                         "1 input could not be read")
     out = render_terminal(res)
     assert "skipped (1)" in out and "checkpoint-7/model.safetensors: truncated header" in out
     assert "^" not in out  # no markers in a healthy run
@@ -286,8 +287,10 @@ def test_github_annotations_and_escaping():
     lines = github_annotations(res)
     assert all("\n" not in x for x in lines)
     m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[0])
-    assert m and _gh_unescape(m.group(1)) == "ckptscan: anomalous training run"
-    assert _gh_unescape(m.group(2)).splitlines()[0].startswith("anomalous: lowprec_attention, earliest anomalous step 330")
+    assert m and _gh_unescape(m.group(1)) == "ckptscan: anomalous"
+    assert _gh_unescape(m.group(2)).splitlines()[:2] == [
+        "anomalous: lowprec_attention (confidence 0.90), earliest anomalous step 330; 1 input could not be read",
+        "loss diverged at step 560, lead time 230 steps"]
     m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[1])
     assert _gh_unescape(m.group(2)) == "a,b:c%: truncated header"
     healthy = github_annotations(make_result(anomalous=False))
@@ -320,7 +323,7 @@ def test_emit_under_github_actions(tmp_path, monkeypatch, capsys):
 
 def test_step_summary_healthy():
     md = step_summary_markdown(make_result(anomalous=False))
-    assert "healthy run" in md and "### Evidence" not in md
+    assert md.startswith("## ckptscan: ✅ healthy\n") and "### Evidence" not in md
 
 
 # --- the JSON schema ---------------------------------------------------------------------------------

@@ -36,5 +36,5 @@ def emit(result, *, as_json: bool, quiet: bool, html_file: Path | None, junit_fi
         print_result(result, console, quiet=quiet)
     if not quiet:
         for what, path in written:
-            click.echo(f"{what}: {path}", err=True)
+            click.echo(f"ckptscan: {what}: {path}", err=True)
     emit_github(result, stream=sys.stderr if as_json else sys.stdout)

@@ -3,18 +3,25 @@
 Exit codes live in ``Result.exit_code`` (0 healthy, 1 anomaly, 3 input error, 5 inconclusive;
 ``--fail-on``).
 
-* ``write_junit``: one test case per monitor family present (attention, router, numerics,
-  act_attention, act_router), one for the verdict and one for the inputs.  A family fails when the
-  verdict's evidence (or a NaN/Inf finding, for numerics) names it; the verdict fails when the run
-  is anomalous or inconclusive; the inputs case errors when a checkpoint could not be read.  Every CI system that
-  reads JUnit then shows the evidence without anyone opening a log.
+Every output states the run's headline (``data.outcome``: anomalous, inconclusive, healthy or no
+verdict) in the same words as the terminal and the HTML report.
+
+* ``write_junit``: one suite per run (named after it, with the analysis time and when it started),
+  one test case per monitor family present (attention, router, numerics, act_attention,
+  act_router), one for the verdict and one for the inputs.  A family fails when the verdict's
+  evidence (or a NaN/Inf finding, for numerics) names it; the verdict fails when the run is
+  anomalous or inconclusive and errors without a verdict; the inputs case errors when a checkpoint
+  could not be read.  Every CI system that reads JUnit then shows the evidence without anyone
+  opening a log.
 * ``github_annotations``: ``::error``/``::warning``/``::notice`` workflow commands.
-* ``github_step_summary``: a Markdown summary, appended to the file ``$GITHUB_STEP_SUMMARY`` names.
+* ``step_summary_markdown``: a Markdown summary, appended to the file ``$GITHUB_STEP_SUMMARY`` names.
+* ``no_verdict_outputs``: the same files when a command stopped before judging.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -35,38 +42,71 @@ def _evidence_text(items: list[dict]) -> str:
 
 
 def verdict_message(summary: dict) -> str:
-    v = data.verdict(summary)
-    if v["fault_type"] == "inconclusive":
-        return f"inconclusive: {v.get('reason') or 'not enough evidence for a verdict'}"
-    if not v["anomalous"]:
-        return "healthy: no sustained anomaly in the monitors"
+    """The headline in CI words (``<state>: <text>``; ``data.outcome``)."""
+    o = data.outcome(summary)
+    return f"{o.state}: {o.text}"
+
+
+def _timing(summary: dict) -> str:
+    """The loss divergence and the lead time over it, when there are any."""
     m = data.markers(summary)
-    msg = f"anomalous: {v['fault_type']}, earliest anomalous step {v['earliest_step']}"
-    if isinstance(v["confidence"], (int, float)):
-        msg += f" (confidence {v['confidence']:.2f})"
-    if m["divergence_step"] is not None:
-        msg += f"; loss diverged at step {m['divergence_step']}"
-        if summary.get("lead_time_steps") is not None:
-            msg += f", lead time {summary['lead_time_steps']} steps"
-    return msg
+    if m["divergence_step"] is None:
+        return ""
+    lead = summary.get("lead_time_steps")
+    return f"loss diverged at step {m['divergence_step']}" + (f", lead time {lead} steps" if lead is not None else "")
+
+
+def run_id(run: str) -> str:
+    """``<parent>.<run>`` of a run path, in characters JUnit readers take for a class name: two runs
+    in one pipeline get different suites and test classes."""
+    parts = [re.sub(r"[^A-Za-z0-9_-]+", "_", p) for p in Path(str(run)).parts[-2:] if p not in ("/", "")]
+    return ".".join(parts) or "run"
+
+
+def _suite(run: str, summary: dict) -> ET.Element:
+    suite = ET.Element("testsuite", name=f"ckptscan {run}", hostname="ckptscan")
+    started = summary.get("started_at")
+    if isinstance(started, str) and len(started) >= 19:
+        suite.set("timestamp", started[:19])  # the JUnit schema's form: no time zone (ckptscan writes UTC)
+    return suite
+
+
+def _wrap(suite: ET.Element, cases: list[ET.Element], elapsed: float) -> ET.ElementTree:
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+    suite.set("skipped", "0")
+    suite.set("time", f"{elapsed:.3f}")
+    root = ET.Element("testsuites", name="ckptscan")
+    for k in ("tests", "failures", "errors", "time"):
+        root.set(k, suite.get(k))
+    root.append(suite)
+    ET.indent(root)
+    return ET.ElementTree(root)
 
 
 def junit_tree(result) -> ET.ElementTree:
     s = result.summary
     v = data.verdict(s)
+    o = data.outcome(s)
+    run = str(s.get("run", result.run_dir))
+    cls = f"ckptscan.{run_id(run)}"
+    elapsed = float(s.get("elapsed_s") or 0)
     skipped = (s.get("checkpoints") or {}).get("skipped") or []
-    suite = ET.Element("testsuite", name="ckptscan", hostname="ckptscan")
+    suite = _suite(run, s)
     cases = []
 
-    def case(name: str, classname: str = "ckptscan"):
-        c = ET.SubElement(suite, "testcase", name=name, classname=classname, time="0")
+    def case(name: str, classname: str, time: float = 0.0):
+        c = ET.SubElement(suite, "testcase", name=name, classname=classname, time=f"{time:.3f}")
         cases.append(c)
         return c
 
-    c = case("verdict")
-    if v["anomalous"] or v["fault_type"] == "inconclusive":
+    c = case("verdict", cls, elapsed)  # the judgement is what the whole analysis was for
+    if o.state == data.NO_VERDICT:
+        ET.SubElement(c, "error", message=verdict_message(s), type="no-verdict").text = verdict_message(s)
+    elif o.state != data.HEALTHY:
         f = ET.SubElement(c, "failure", message=verdict_message(s), type=str(v["fault_type"]))
-        f.text = _evidence_text(v["evidence"]) or "no evidence items"
+        f.text = "\n".join(x for x in (_timing(s), _evidence_text(v["evidence"]) or "no evidence items") if x)
     ET.SubElement(c, "system-out").text = verdict_message(s)
 
     names = list(s.get("monitors") or (result.timeline.names() if result.timeline is not None else []))
@@ -76,7 +116,7 @@ def junit_tree(result) -> ET.ElementTree:
         by_family.setdefault(data.monitor_info(str(e.get("monitor", ""))).family, []).append(e)
     findings = s.get("findings") or []
     for fam, members in fams.items():
-        c = case(fam, "ckptscan.monitors")
+        c = case(fam, f"{cls}.monitors")
         ev = by_family.get(fam, [])
         if fam == "numerics" and findings:
             text = "\n".join(f"{f.get('kind')} at step {f.get('step')} layer {f.get('layer')}: {f.get('nonfinite')} "
@@ -88,33 +128,35 @@ def junit_tree(result) -> ET.ElementTree:
                           type=str(v["fault_type"])).text = _evidence_text(ev)
         ET.SubElement(c, "system-out").text = "monitors: " + ", ".join(members)
 
-    c = case("inputs")
+    c = case("inputs", cls)
     errors = [x for x in skipped if x.get("error", True)]
     if errors:
         ET.SubElement(c, "error", message=f"{len(errors)} inputs could not be read", type="input-error").text = \
             "\n".join(f"{x.get('path')}: {x.get('reason')}" for x in errors)
     ck = s.get("checkpoints") or {}
     ET.SubElement(c, "system-out").text = (f"{ck.get('analyzed', 0)} checkpoints analysed, {len(skipped)} skipped; "
-                                           f"run {s.get('run')}")
+                                           f"run {run}")
+    return _wrap(suite, cases, elapsed)
 
-    suite.set("tests", str(len(cases)))
-    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
-    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
-    suite.set("skipped", "0")
-    suite.set("time", str(s.get("elapsed_s", 0) or 0))
-    root = ET.Element("testsuites", name="ckptscan")
-    for k in ("tests", "failures", "errors", "time"):
-        root.set(k, suite.get(k))
-    root.append(suite)
-    ET.indent(root)
-    return ET.ElementTree(root)
+
+def no_verdict_junit(message: str, run: str) -> ET.ElementTree:
+    """The JUnit file of a command that stopped before judging: its verdict case errors."""
+    suite = _suite(run, {})
+    c = ET.SubElement(suite, "testcase", name="verdict", classname=f"ckptscan.{run_id(run)}", time="0.000")
+    text = f"{data.NO_VERDICT}: {message}"
+    ET.SubElement(c, "error", message=text, type="no-verdict").text = text
+    return _wrap(suite, [c], 0.0)
 
 
 def write_junit(result, path: str | Path) -> Path:
+    return _write_tree(junit_tree(result), path)
+
+
+def _write_tree(tree: ET.ElementTree, path: str | Path) -> Path:
     from ckptscan.timeline import atomic_write
 
     path = Path(path)
-    text = ET.tostring(junit_tree(result).getroot(), encoding="unicode", xml_declaration=False)
+    text = ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=False)
     atomic_write(path, '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n")
     return path
 
@@ -135,20 +177,15 @@ def _command(kind: str, title: str, message: str) -> str:
 
 
 def github_annotations(result) -> list[str]:
-    """Workflow-command lines: the verdict (error when anomalous, warning when inconclusive, notice
-    when healthy) and one
-    per skipped input (error when unreadable, notice when expected), capped at ``MAX_ANNOTATIONS``."""
+    """Workflow-command lines: the verdict (error when anomalous or without a verdict, warning when
+    inconclusive, notice when healthy) and one per skipped input (error when unreadable, notice when
+    expected), capped at ``MAX_ANNOTATIONS``."""
     s = result.summary
     v = data.verdict(s)
-    lines = []
-    if v["anomalous"]:
-        ev = _evidence_text(v["evidence"][:5])
-        lines.append(_command("error", "ckptscan: anomalous training run",
-                              verdict_message(s) + (f"\n{ev}" if ev else "")))
-    elif v["fault_type"] == "inconclusive":
-        lines.append(_command("warning", "ckptscan: inconclusive", verdict_message(s)))
-    else:
-        lines.append(_command("notice", "ckptscan: healthy", verdict_message(s)))
+    o = data.outcome(s)
+    detail = [_timing(s), _evidence_text(v["evidence"][:5])] if o.state == data.ANOMALOUS else []
+    message = "\n".join([verdict_message(s), *(x for x in detail if x)])
+    lines = [_command(ANNOTATION_KIND[o.state], f"ckptscan: {o.state}", message)]
     skipped = (s.get("checkpoints") or {}).get("skipped") or []
     for x in skipped[:MAX_ANNOTATIONS]:
         kind = "error" if x.get("error", True) else "notice"
@@ -157,6 +194,17 @@ def github_annotations(result) -> list[str]:
         lines.append(_command("warning", "ckptscan: inputs skipped",
                               f"{len(skipped) - MAX_ANNOTATIONS} more skipped inputs (see summary.json)"))
     return lines
+
+
+ANNOTATION_KIND = {data.ANOMALOUS: "error", data.INCONCLUSIVE: "warning", data.HEALTHY: "notice",
+                   data.NO_VERDICT: "error"}
+
+
+def step_summary_icon(o: data.Outcome) -> str:
+    """The job summary's mark: a check only for a healthy run whose inputs could all be read."""
+    if o.state == data.HEALTHY:
+        return "⚠️" if o.unreadable_inputs else "✅"
+    return {data.ANOMALOUS: "❌", data.INCONCLUSIVE: "⚠️", data.NO_VERDICT: "⛔"}[o.state]
 
 
 def _md(x) -> str:
@@ -169,9 +217,8 @@ def step_summary_markdown(result) -> str:
     m = data.markers(s)
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
-    head = "## ckptscan: " + ("❌ anomalous run" if v["anomalous"] else
-                              "⚠️ inconclusive" if v["fault_type"] == "inconclusive" else "✅ healthy run")
-    out = [head, "", f"**{_md(verdict_message(s))}**", "",
+    o = data.outcome(s)
+    out = [f"## ckptscan: {step_summary_icon(o)} {o.state}", "", f"**{_md(verdict_message(s))}**", "",
            "| | |", "|---|---|",
            f"| run | `{_md(s.get('run'))}` |",
            f"| fault class | {_md(v['fault_type'])} |",
@@ -205,14 +252,39 @@ def emit_github(result, *, stream=None) -> None:
     """
     if not os.environ.get("GITHUB_ACTIONS"):
         return
-    stream = stream or sys.stdout
-    for line in github_annotations(result):
+    for problem in _github(github_annotations(result), step_summary_markdown(result), stream or sys.stdout):
+        print(f"ckptscan: warning: {problem}", file=sys.stderr)
+
+
+def _github(annotations: list[str], markdown: str, stream) -> list[str]:
+    for line in annotations:
         print(line, file=stream)
     stream.flush()
     target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if target:
+    if not target:
+        return []
+    try:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(markdown)
+    except OSError as e:  # a CI nicety must not turn a finished analysis into a failure
+        return [f"cannot write the job summary to {target}: {e.strerror}"]
+    return []
+
+
+def no_verdict_outputs(message: str, *, run: str, junit_file=None) -> list[str]:
+    """A command stopped before judging (``message``: its error line): write the requested JUnit
+    file and, under GitHub Actions, the annotation and job summary, all reading "no verdict".
+    Returns the problems met on the way (the error itself is what the user must see first)."""
+    problems = []
+    if junit_file is not None:
         try:
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(step_summary_markdown(result))
-        except OSError as e:  # a CI nicety must not turn a finished analysis into a failure
-            print(f"ckptscan: warning: cannot write the job summary to {target}: {e.strerror}", file=sys.stderr)
+            _write_tree(no_verdict_junit(message, run), junit_file)
+        except OSError as e:
+            problems.append(f"cannot write the JUnit file {junit_file}: {e.strerror or e}")
+    if os.environ.get("GITHUB_ACTIONS"):
+        o = data.no_verdict(message)
+        line = f"{o.state}: {o.text}"
+        md = "\n".join([f"## ckptscan: {step_summary_icon(o)} {o.state}", "", f"**{_md(line)}**", "",
+                        "| | |", "|---|---|", f"| run | `{_md(run)}` |", "", ""])
+        problems += _github([_command(ANNOTATION_KIND[o.state], f"ckptscan: {o.state}", line)], md, sys.stderr)
+    return problems

@@ -63,6 +63,74 @@ def families(names) -> dict[str, list[str]]:
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
+# --- the verdict state every output shows -----------------------------------------------------------
+
+# the four states, in the words every output uses (terminal and HTML in capitals)
+ANOMALOUS, INCONCLUSIVE, HEALTHY, NO_VERDICT = "anomalous", "inconclusive", "healthy", "no verdict"
+STATES = (ANOMALOUS, INCONCLUSIVE, HEALTHY, NO_VERDICT)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the run's headline says, identically in the terminal, the HTML report, summary.json
+    (``outcome``), JUnit, the GitHub annotations and the job summary: the state, the sentence after
+    it, and how many inputs could not be read (named in the sentence too).
+
+    ``healthy`` only when the judgement found no anomaly *and* examined enough of the run;
+    ``inconclusive`` when it could not examine enough; ``no verdict`` when there is no judgement at
+    all (a summary without one, or a command that stopped before judging)."""
+
+    state: str
+    text: str
+    unreadable_inputs: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.state.upper()
+
+    @property
+    def headline(self) -> str:
+        return f"{self.label}: {self.text}"
+
+    def as_dict(self) -> dict:
+        return {"state": self.state, "headline": self.headline, "unreadable_inputs": self.unreadable_inputs}
+
+
+def outcome(summary: dict) -> Outcome:
+    """The state of a stored summary (see ``Outcome``)."""
+    skipped = (summary.get("checkpoints") or {}).get("skipped") or []
+    unreadable = sum(1 for x in skipped if not isinstance(x, dict) or x.get("error", True))
+    raw = summary.get("verdict")
+    if (not isinstance(raw, dict) or not isinstance(raw.get("anomalous"), bool)
+            or not (raw["anomalous"] or raw.get("fault_type"))):
+        text = "the summary holds no verdict"
+    else:
+        v = verdict(summary)
+        if v["anomalous"]:
+            conf = v["confidence"]
+            conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
+            state, text = ANOMALOUS, f"{v['fault_type']}{conf_s}, earliest anomalous step {_step(v['earliest_step'])}"
+        elif v["fault_type"] == INCONCLUSIVE:
+            state, text = INCONCLUSIVE, str(v.get("reason") or "not enough evidence for a verdict")
+        else:
+            state, text = HEALTHY, "no sustained anomaly in the monitors"
+        return Outcome(state, text + _unreadable(unreadable), unreadable)
+    return Outcome(NO_VERDICT, text + _unreadable(unreadable), unreadable)
+
+
+def no_verdict(error: str) -> Outcome:
+    """The state of a command that stopped before judging (its error line)."""
+    return Outcome(NO_VERDICT, error)
+
+
+def _unreadable(n: int) -> str:
+    return "" if not n else f"; {n} input{'s' if n > 1 else ''} could not be read"
+
+
+def _step(s) -> str:
+    return "-" if s is None else str(s)
+
+
 # --- summary accessors (tolerant of missing optional keys) ----------------------------------------
 
 
@@ -70,7 +138,7 @@ def verdict(summary: dict) -> dict:
     v = dict(summary.get("verdict") or {})
     v.setdefault("anomalous", False)
     v.setdefault("earliest_step", None)
-    v.setdefault("fault_type", "unknown" if v["anomalous"] else "healthy")
+    v.setdefault("fault_type", "unknown" if v["anomalous"] else NO_VERDICT)
     v.setdefault("confidence", None)
     v["evidence"] = [e for e in (v.get("evidence") or []) if isinstance(e, dict)]
     return v
@@ -114,24 +182,42 @@ def _same_monitor(name: str, base: str) -> bool:
 
 
 def alarm_steps(summary: dict, monitor: str) -> list[dict]:
-    """First alarms of one monitor (layer, head or None, step), from the evidence and from
-    ``summary["alarms"]`` (objects naming a monitor, a first alarm step and ``layer`` or ``layers``);
-    items without a layer are left out."""
-    seen, out = set(), []
-    items = list(verdict(summary)["evidence"])
+    """First alarms of one monitor ({layer, head or None, step}), each dated for its own layer: the
+    evidence items, then the entries of ``summary["alarms"]`` (per monitor) that give a layer's own
+    first alarm step (``first_alarm_by_layer``, or a single layer with the entry's step).  An entry
+    that names several layers with one monitor-wide step does not say when each of them alarmed, so
+    those layers are left out rather than all dated to the earliest."""
+    out: list[dict] = []
+
+    def add(layer, head, st):
+        if not isinstance(layer, int) or isinstance(layer, bool) or not isinstance(st, (int, float)):
+            return
+        if not any(o["layer"] == layer and o["step"] == int(st) and head in (o["head"], None) for o in out):
+            out.append({"layer": layer, "head": head, "step": int(st)})
+
+    for e in verdict(summary)["evidence"]:
+        if e.get("monitor") == monitor:
+            add(e.get("layer"), e.get("head"), evidence_step(e))
     alarms = summary.get("alarms")
-    if isinstance(alarms, list):
-        items += [a for a in alarms if isinstance(a, dict)]
-    for e in items:
-        st = evidence_step(e)
-        if e.get("monitor") != monitor or not isinstance(st, (int, float)):
+    for a in alarms if isinstance(alarms, list) else []:
+        if not isinstance(a, dict) or a.get("monitor") != monitor:
             continue
-        layers = e["layers"] if isinstance(e.get("layers"), list) else [e.get("layer")]
-        for layer in layers:
-            key = (layer, e.get("head"), int(st))
-            if layer is not None and key not in seen:
-                seen.add(key)
-                out.append({"layer": layer, "head": e.get("head"), "step": int(st)})
+        by_layer = a.get("first_alarm_by_layer")
+        if isinstance(by_layer, dict):
+            for layer, st in by_layer.items():
+                add(int(layer) if str(layer).isdigit() else None, None, st)
+        elif a.get("layer") is not None:
+            add(a.get("layer"), a.get("head"), evidence_step(a))
+        elif isinstance(a.get("layers"), list) and len(a["layers"]) == 1:
+            add(a["layers"][0], None, evidence_step(a))
+    return out
+
+
+def first_alarm_by_layer(summary: dict, monitor: str) -> dict[int, int]:
+    """Layer -> the step of its first alarm on ``monitor`` (only layers whose own step is known)."""
+    out: dict[int, int] = {}
+    for a in alarm_steps(summary, monitor):
+        out[a["layer"]] = min(out.get(a["layer"], a["step"]), a["step"])
     return out
 
 

@@ -173,19 +173,15 @@ def _e(x) -> str:
     return html.escape("-" if x is None else str(x))
 
 
+STATE_CLASS = {data.ANOMALOUS: "bad", data.INCONCLUSIVE: "warn", data.HEALTHY: "ok", data.NO_VERDICT: "none"}
+
+
 def _verdict_html(s: dict) -> str:
     v = data.verdict(s)
     m = data.markers(s)
-    if v["anomalous"]:
-        conf = v["confidence"]
-        conf_s = f" &middot; confidence {conf:.2f}" if isinstance(conf, (int, float)) else ""
-        head = (f'<div class="verdict bad"><span class="tag">ANOMALOUS</span> {_e(v["fault_type"])}{conf_s}'
-                f' &middot; earliest anomalous step <b>{_e(v["earliest_step"])}</b></div>')
-    elif v["fault_type"] == "inconclusive":
-        head = (f'<div class="verdict warn"><span class="tag">INCONCLUSIVE</span> '
-                f'{_e(v.get("reason") or "not enough evidence for a verdict")}</div>')
-    else:
-        head = '<div class="verdict ok"><span class="tag">HEALTHY</span> no sustained anomaly in the monitors</div>'
+    o = data.outcome(s)
+    head = (f'<div class="verdict {STATE_CLASS[o.state]}" data-state="{_e(o.state)}"><span class="tag">{_e(o.label)}</span> '
+            f'{_e(o.text)}</div>')
     facts = [
         ("loss divergence step", m["divergence_step"]),
         ("lead time over the loss (steps)", s.get("lead_time_steps")),
@@ -204,7 +200,7 @@ def _verdict_html(s: dict) -> str:
         f"{_e(f.get('nonfinite'))} NaN/Inf values in {_e(', '.join(map(str, f.get('tensors', []))))}</li>"
         for f in (s.get("findings") or [])[:50])
     findings = f"<h3>findings</h3><ul>{findings}</ul>" if findings else ""
-    reason = f"<p>{_e(v['reason'])}</p>" if v.get("reason") else ""
+    reason = f"<p>{_e(v['reason'])}</p>" if v.get("reason") and o.state != data.INCONCLUSIVE else ""
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
 
 

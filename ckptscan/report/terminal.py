@@ -34,17 +34,14 @@ def _fmt_score(x):
         return str(x)
 
 
+STATE_STYLE = {data.ANOMALOUS: "bold red", data.INCONCLUSIVE: "bold yellow", data.HEALTHY: "bold green",
+               data.NO_VERDICT: "bold magenta"}
+
+
 def verdict_line(summary: dict) -> str:
-    """The one line ``--quiet`` prints (rich markup)."""
-    v = data.verdict(summary)
-    if v["anomalous"]:
-        conf = v["confidence"]
-        conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
-        return (f"[bold red]ANOMALOUS[/]: {escape(str(v['fault_type']))}{conf_s}, "
-                f"earliest anomalous step {_fmt_step(v['earliest_step'])}")
-    if v["fault_type"] == "inconclusive":
-        return f"[bold yellow]INCONCLUSIVE[/]: {escape(str(v.get('reason') or 'not enough evidence for a verdict'))}"
-    return "[bold green]HEALTHY[/]: no sustained anomaly in the monitors"
+    """The headline (``data.outcome``), the one line ``--quiet`` prints (rich markup)."""
+    o = data.outcome(summary)
+    return f"[{STATE_STYLE[o.state]}]{o.label}[/]: {escape(o.text)}"
 
 
 def timing_line(summary: dict) -> str:
@@ -64,7 +61,7 @@ def print_result(result, console, quiet: bool = False) -> None:
     if quiet:
         return
     reason = data.verdict(s).get("reason")
-    if reason:
+    if reason and data.outcome(s).state != data.INCONCLUSIVE:  # an inconclusive headline is its reason
         console.print(f"why: {escape(str(reason))}")
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
@@ -111,6 +108,9 @@ def _evidence_table(s: dict, console) -> None:
         console.print(f"  ... and {len(ev) - 15} more evidence items (see summary.json)")
 
 
+WARN_LEVEL = 5  # blocks this high before the layer's first alarm are yellow
+
+
 def _heat_strips(result, console) -> None:
     """One block per leading monitor: a row per layer, a column per (sub-sampled) step; the block
     height is the departure from the layer's early baseline in the anomalous direction, or, for
@@ -129,10 +129,10 @@ def _heat_strips(result, console) -> None:
         return
     console.print(Text(f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
                        f"early baseline in the anomalous direction (trending series: the detector's score "
-                       f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red = after "
-                       f"the layer's first alarm", style="dim"))
+                       f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red: from the layer's "
+                       f"first alarm on, yellow: >= {WARN_LEVEL} before it", style="dim"))
     xs = steps
-    any_marker = False
+    shown: set[str] = set()
     for name in leading:
         info = data.monitor_info(name)
         mat = data.layer_matrix(tl.get(name), info.direction)
@@ -152,41 +152,51 @@ def _heat_strips(result, console) -> None:
         how = how if info.scope == "head" else "per layer"
         how = "detector score, per layer" if scores is not None else how
         console.print(Text(f"{name}  [{how}, anomalous direction {info.direction}{note}]", style="bold"))
-        first_alarm = {}
-        for a in data.alarm_steps(s, name):
-            if a["layer"] is not None:
-                first_alarm[a["layer"]] = min(first_alarm.get(a["layer"], a["step"]), a["step"])
+        first_alarm = data.first_alarm_by_layer(s, name)
         for r in rows:
             line = Text(f"L{r:<{label_w - 1}}", style="dim")
             for j in range(len(xs)):
                 lvl = min(len(BLOCKS) - 1, int(dev[r, j] / SIGMAS_PER_BLOCK))
                 ch = BLOCKS[lvl] if np.isfinite(red[r, j]) else " "
-                alarmed = r in first_alarm and xs[j] >= first_alarm[r]
-                line.append(ch, style="red" if alarmed else ("yellow" if lvl >= 5 else ""))
+                alarmed = r in first_alarm and _bin_end(xs, j, steps) >= first_alarm[r]
+                line.append(ch, style="red" if alarmed else ("yellow" if lvl >= WARN_LEVEL else ""))
             console.print(line)
-        mrow = _marker_row(xs, int(steps[-1]), marks, label_w)
-        if mrow is not None:
-            console.print(mrow)
-            any_marker = True
+        for mrow in marker_rows(xs, int(steps[-1]), marks):
+            console.print(Text(" " * label_w + mrow, style="bold"))
+            shown.update(c for c in mrow if c != " ")
     cols_note = "" if len(xs) == len(steps) else f", {len(xs)} columns"
-    legend = "; ^ earliest anomaly, D divergence, L log-only alarm" if any_marker else ""
-    console.print(Text(f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note}){legend}",
-                       style="dim"))
+    console.print(Text(f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note})", style="dim"))
+    legend = [f"{ch} {what} {marks[key]}" for key, ch, what in MARKERS if ch in shown]
+    if legend:
+        console.print(Text(f"{'':{label_w}}" + ", ".join(legend), style="dim"))
 
 
-def _marker_row(xs: np.ndarray, last: int, marks: dict, label_w: int) -> Text | None:
-    """``^`` earliest anomaly, ``D`` loss divergence, ``L`` log-only alarm, under their columns;
-    ``None`` when no marker falls inside the analysed steps."""
-    row = [" "] * len(xs)
-    for key, ch in (("log_only_alarm_step", "L"), ("divergence_step", "D"), ("earliest_step", "^")):
+def _bin_end(xs: np.ndarray, j: int, steps: np.ndarray) -> int:
+    """The last step in column ``j`` (columns start at ``xs[j]``)."""
+    return int(xs[j + 1] - 1) if j + 1 < len(xs) else int(steps[-1])
+
+
+# drawn in this order; a column that already holds a marker pushes the next one a row down
+MARKERS = (("earliest_step", "^", "earliest anomaly at step"), ("divergence_step", "D", "loss divergence at step"),
+           ("log_only_alarm_step", "L", "log-only alarm at step"))
+
+
+def marker_rows(xs: np.ndarray, last: int, marks: dict) -> list[str]:
+    """``^`` earliest anomaly, ``D`` loss divergence, ``L`` log-only alarm, each under the column of
+    its step; markers that share a column go on further rows, so none hides another.  No rows when
+    no marker falls inside the analysed steps."""
+    rows: list[list[str]] = []
+    for key, ch, _ in MARKERS:
         st = marks.get(key)
         if st is None or len(xs) == 0 or not xs[0] <= st <= last:
             continue
         j = int(np.searchsorted(xs, st, side="right") - 1)
+        row = next((r for r in rows if r[j] == " "), None)
+        if row is None:
+            row = [" "] * len(xs)
+            rows.append(row)
         row[j] = ch
-    if all(c == " " for c in row):
-        return None
-    return Text(" " * label_w + "".join(row).rstrip(), style="bold")
+    return ["".join(r).rstrip() for r in rows]
 
 
 def print_inspect(info: dict, console) -> None:
