@@ -9,10 +9,13 @@ right, the lead times of ckptscan and of the log-only detector, and whether eith
 from __future__ import annotations
 
 import json
+import textwrap
+import time
 from pathlib import Path
 
 import click
 
+from ckptscan.cli import handle_errors
 from ckptscan.errors import CkptscanError, UsageError
 
 TRUTH_CLASS = {"lowprec-attention": "lowprec_attention", "high-lr": "high_lr", "combined": "combined",
@@ -149,11 +152,12 @@ def specific_log_alarm(row: dict, log_steps: list[int], twin_steps: list[list[in
     return row
 
 
-def evaluate(runs_dir, out_root=None, twins_dir=None, **analyze_kwargs) -> list[dict]:
+def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, **analyze_kwargs) -> list[dict]:
     """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
 
     Fault-free runs (healthy or benign) under ``runs_dir`` and ``twins_dir`` serve as twins for
-    the log-only detector's specific lead (``specific_log_alarm``); their logs are read, not analysed."""
+    the log-only detector's specific lead (``specific_log_alarm``); their logs are read, not analysed.
+    ``on_run(i, total, row, seconds)`` is called after each run (progress)."""
     from ckptscan import logs
     from ckptscan.api import analyze
 
@@ -165,7 +169,8 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, **analyze_kwargs) -> list[
         if is_fault_free(truth):
             twins.setdefault(recipe_key(truth), []).append(logs.summarize(run)["log_only_alarm_steps"])
     rows = []
-    for run in runs:
+    for i, run in enumerate(runs):
+        t0 = time.monotonic()
         truth = json.loads((run / "truth.json").read_text())
         try:
             res = analyze(run, out_dir=root / run.name, **analyze_kwargs)
@@ -173,11 +178,13 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, **analyze_kwargs) -> list[
             rows.append({"run": run.name, "truth": truth_class(truth), "verdict": "error", "error": str(e),
                          "class_right": False, "false_alarm": False, "detected": False if not is_fault_free(truth)
                          else None, "divergence": truth.get("divergence_step"), "onset": truth.get("onset_step")})
-            continue
-        row = score_run(truth, res.summary)
-        row["run"] = run.name
-        steps = res.summary["loss"].get("log_only_alarm_steps") or []
-        rows.append(specific_log_alarm(row, steps, twins.get(recipe_key(truth), [])))
+        else:
+            row = score_run(truth, res.summary)
+            row["run"] = run.name
+            steps = res.summary["loss"].get("log_only_alarm_steps") or []
+            rows.append(specific_log_alarm(row, steps, twins.get(recipe_key(truth), [])))
+        if on_run is not None:  # an error row too
+            on_run(i, len(runs), rows[-1], time.monotonic() - t0)
     return rows
 
 
@@ -237,22 +244,36 @@ def _cell(v) -> str:
     return str(v)
 
 
-def format_table(rows: list[dict]) -> str:
-    """Plain-text table (one line per run) followed by the totals."""
+def format_table(rows: list[dict], width: int = 100) -> str:
+    """Plain-text table (one line per run) followed by the totals, in at most ``width`` columns: the
+    columns that do not fit go to further tables below, each starting with the run."""
     head = [h for _, h in COLUMNS]
     body = [[_cell(r.get(k)) for k, _ in COLUMNS] for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
+    groups: list[list[int]] = [[0]]
+    used = widths[0]
+    for i in range(1, len(head)):
+        if used + 2 + widths[i] > width and len(groups[-1]) > 1:
+            groups.append([0])
+            used = widths[0]
+        groups[-1].append(i)
+        used += 2 + widths[i]
+    lines = []
+    for g in groups:
+        if lines:
+            lines.append("")
+        lines.append("  ".join(head[i].ljust(widths[i]) for i in g).rstrip())
+        lines.append("  ".join("-" * widths[i] for i in g))
+        lines += ["  ".join(b[i].ljust(widths[i]) for i in g).rstrip() for b in body]
     t = totals(rows)
     lines.append("")
-    lines.append(f"faulty runs detected {t['detected']}/{t['faulty']}, class right {t['class_right']}/{t['runs']}, "
-                 f"false alarms {t['false_alarms']}/{t['runs']}, lead > log-only {t['beats_log_only']}/{t['diverged']} diverged "
-                 f"(vs its first alarm only: {t['beats_log_only_first']}/{t['diverged']}; "
-                 f"vs its alarms a healthy twin does not raise: {t['beats_log_only_specific']}/{t['with_twin']} with a twin), "
-                 f"alarm confirmed before divergence {t['confirmed_before_divergence']}/{t['diverged']}, "
-                 f"log-only cried wolf {t['log_only_cried_wolf']}/{t['runs']}")
+    lines += textwrap.wrap(
+        f"faulty runs detected {t['detected']}/{t['faulty']}, class right {t['class_right']}/{t['runs']}, "
+        f"false alarms {t['false_alarms']}/{t['runs']}, lead > log-only {t['beats_log_only']}/{t['diverged']} diverged "
+        f"(vs its first alarm only: {t['beats_log_only_first']}/{t['diverged']}; "
+        f"vs its alarms a healthy twin does not raise: {t['beats_log_only_specific']}/{t['with_twin']} with a twin), "
+        f"alarm confirmed before divergence {t['confirmed_before_divergence']}/{t['diverged']}, "
+        f"log-only cried wolf {t['log_only_cried_wolf']}/{t['runs']}", width)
     return "\n".join(lines)
 
 
@@ -262,13 +283,21 @@ def format_table(rows: list[dict]) -> str:
               help="Output root; each run goes to OUT/<run> (default ./ckptscan-out/eval).")
 @click.option("--twins", "twins_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="More fault-free drill runs; a fault run's log-only alarm that a twin (same seed, data, model) also raises is a data-order blip.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where the maths runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and totals as JSON.")
-def eval_cmd(runs_dir: Path, out_root: Path | None, twins_dir: Path | None, device: str, as_json: bool) -> None:
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def eval_cmd(runs_dir: Path, out_root: Path | None, twins_dir: Path | None, device: str, as_json: bool,
+             debug: bool) -> None:
     """Analyse every drill run (folders with truth.json) under RUNS_DIR and score the verdicts."""
-    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, device=device)
-    if not rows:
+    if not find_runs(runs_dir):
         raise UsageError(f"{runs_dir}: no run folder with a truth.json")
+
+    def progress(i, total, row, seconds):  # on stderr: stdout carries the table or the JSON
+        click.echo(f"ckptscan eval: run {i + 1}/{total} {row['run']}: {row['verdict']} ({seconds:.1f}s)", err=True)
+
+    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, device=device, on_run=progress, debug=debug)
     if as_json:
         click.echo(json.dumps({"rows": rows, "totals": totals(rows)}, indent=2))
     else:

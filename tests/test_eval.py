@@ -109,7 +109,7 @@ def test_table_and_totals():
 
 def test_eval_cmd_empty_dir(tmp_path):
     res = CliRunner().invoke(evaluate.eval_cmd, [str(tmp_path)])
-    assert res.exit_code != 0 and "truth.json" in str(res.exception or res.output)
+    assert res.exit_code == 2 and res.stderr.startswith("ckptscan: error: ") and "truth.json" in res.stderr
 
 
 FIXTURE_RUNS = sorted(p for p in FIXTURES.glob("*") if (p / "truth.json").is_file()) if FIXTURES.is_dir() else []
