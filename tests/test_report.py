@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from ckptscan.api import Result, load_result
+from ckptscan.discover import Skipped
 from ckptscan.cli import main
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
@@ -61,8 +64,7 @@ def make_result(n=60, layers=3, heads=4, anomalous=True, skipped=(), findings=()
     }
     if curve:
         summary["loss"]["curve"] = {"steps": steps.tolist(), "loss": (3.0 - 0.001 * steps).tolist()}
-    res = Result(Path(run), Path("/tmp/out"), summary, tl, [])
-    return res
+    return Result(Path(run), Path("/tmp/out"), summary, tl, [Skipped(p, "truncated header") for p in skipped])
 
 
 def render_terminal(result, width=100, quiet=False) -> str:
@@ -459,3 +461,145 @@ def test_detector_scores_only_for_self_referenced_rate_series():
     assert data.detector_scores(res.summary, tl, "router.similarity") is None  # no detector
     ref = {**res.summary, "detection": {"baseline": "reference-run"}}
     assert data.detector_scores(ref, tl, "attn.q.update_ratio") is None  # the reference is not at hand
+
+
+# --- one headline, the same in every output ----------------------------------------------------------
+
+
+def _states():
+    anomalous = make_result()
+    healthy = make_result(anomalous=False)
+    unreadable = make_result(anomalous=False, skipped=["checkpoint-7"])
+    inconclusive = make_result(anomalous=False)
+    inconclusive.summary["verdict"].update(fault_type="inconclusive", reason="not enough evidence: 2 checkpoints")
+    no_verdict = make_result(anomalous=False)
+    del no_verdict.summary["verdict"]
+    return {"anomalous": anomalous, "healthy": healthy, "healthy, unreadable": unreadable,
+            "inconclusive": inconclusive, "no verdict": no_verdict}
+
+
+@pytest.mark.parametrize("name", list(_states()))
+def test_every_output_states_the_same_headline(name):
+    res = _states()[name]
+    o = data.outcome(res.summary)
+    assert o.state == name.split(",")[0]
+    terminal = render_terminal(res, quiet=True).strip()
+    assert terminal == o.headline == f"{o.state.upper()}: {o.text}"
+    page = render_html(res)
+    tag = re.search(r'<div class="verdict (\w+)" data-state="([^"]+)"><span class="tag">([^<]+)</span> ([^<]*)</div>',
+                    page)
+    assert tag and tag.group(2) == o.state and f"{tag.group(3)}: {tag.group(4)}" == terminal
+    suite, cases = _cases(junit_tree(res))
+    problem = cases["verdict"].find("failure") if cases["verdict"].find("failure") is not None else \
+        cases["verdict"].find("error")
+    assert cases["verdict"].find("system-out").text == f"{o.state}: {o.text}"
+    assert (problem is None) == (o.state == "healthy")  # only a healthy verdict passes
+    ann = github_annotations(res)[0]
+    assert _gh_unescape(ann.split("::", 2)[2]).splitlines()[0] == f"{o.state}: {o.text}"
+    assert ann.startswith({"anomalous": "::error", "inconclusive": "::warning", "healthy": "::notice",
+                           "no verdict": "::error"}[o.state] + f" title=ckptscan%3A {o.state}::")
+    md = step_summary_markdown(res).splitlines()
+    assert md[0] == "## ckptscan: " + {"anomalous": "❌", "inconclusive": "⚠️", "no verdict": "⛔",
+                                        "healthy": "⚠️" if o.unreadable_inputs else "✅"}[o.state] + f" {o.state}"
+    assert md[2] == f"**{o.state}: {o.text}**"
+    assert res.exit_code("anomaly") == {"anomalous": 1, "inconclusive": 5, "no verdict": 5,
+                                        "healthy": 3 if o.unreadable_inputs else 0}[o.state]
+
+
+def test_summary_json_carries_the_outcome(tiny_run, tmp_path):
+    run, bad = tiny_run
+    s = json.loads(CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"]).stdout)
+    assert s["outcome"] == data.outcome(s).as_dict() and s["outcome"]["unreadable_inputs"] == 1
+    assert validate(s) == [] and s["started_at"].endswith("Z")
+
+
+def test_junit_suites_of_two_runs_differ_and_carry_time_and_timestamp():
+    a, b = make_result(run="/runs/a/run"), make_result(run="/runs/b/run")
+    a.summary["started_at"] = "2025-01-02T03:04:05Z"
+    (sa, ca), (sb, cb) = _cases(junit_tree(a)), _cases(junit_tree(b))
+    assert sa.get("name") == "ckptscan /runs/a/run" != sb.get("name")
+    assert ca["verdict"].get("classname") == "ckptscan.a.run" != cb["verdict"].get("classname")
+    assert ca["attention"].get("classname") == "ckptscan.a.run.monitors"
+    assert sa.get("time") == "1.500" and ca["verdict"].get("time") == "1.500"
+    assert sa.get("timestamp") == "2025-01-02T03:04:05" and sb.get("timestamp") is None
+
+
+# --- terminal: width, colours, markers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("columns, width", [(80, 80), (120, 100), (200, 100)])
+def test_console_never_wider_than_100_columns(monkeypatch, columns, width):
+    from ckptscan import cli
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(cli.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((columns, 40)))
+    assert cli._console().width == width
+    out = render_terminal(make_result(n=300), width=width)
+    assert max(len(x) for x in out.splitlines()) <= width
+
+
+def _coloured_rows(res) -> dict[str, list[str]]:
+    """Strip rows of the first monitor, each cell as the colour it is drawn in ('' = default)."""
+    buf = io.StringIO()
+    print_result(res, Console(file=buf, width=100, force_terminal=True, color_system="standard", highlight=False))
+    rows, colour = {}, ""
+    for line in buf.getvalue().splitlines():
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        if not re.match(r"L\d+ ", plain) or plain[:2] in rows:
+            continue
+        cells = []
+        for code, text in re.findall(r"(\x1b\[[0-9;]*m)?([^\x1b]*)", line):
+            if code:
+                colour = {"31": "red", "33": "yellow"}.get(code.strip("\x1b[m").split(";")[-1], "")
+            cells += [colour] * len(text)
+        rows[plain.split()[0]] = cells[6:6 + 60]
+    return rows
+
+
+def test_strip_red_from_each_layers_own_first_alarm():
+    """Layer 0 alarms at step 300, layer 1 at step 500: a monitor-wide entry naming both layers
+    must not paint layer 1 red from step 300."""
+    res = make_result(n=60, layers=2)
+    res.summary["verdict"]["evidence"] = [{"monitor": "attn.D2.entropy2", "layer": 0, "head": 1,
+                                           "first_alarm_step": 300, "score": 9.0},
+                                          {"monitor": "attn.D2.entropy2", "layer": 1, "head": 2,
+                                           "first_alarm_step": 500, "score": 9.0}]
+    res.summary["alarms"] = [{"monitor": "attn.D2.entropy2", "first_alarm_step": 300, "layers": [0, 1]}]
+    rows = _coloured_rows(res)
+    assert rows["L0"].index("red") == 29 and rows["L1"].index("red") == 49  # steps 10, 20, ...: 300 is column 29
+    assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300, 1: 500}
+    res.summary["verdict"]["evidence"] = res.summary["verdict"]["evidence"][:1]
+    assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300}  # layer 1's own step unknown
+    res.summary["alarms"][0]["first_alarm_by_layer"] = {"0": 300, "1": 450}
+    assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300, 1: 450}
+
+
+def test_strip_legend_names_the_colours_and_every_marker():
+    from ckptscan.report.terminal import marker_rows
+
+    out = render_terminal(make_result(n=300))
+    assert "red: from the layer's first alarm on, yellow: >= 5 before it" in " ".join(out.split())
+    xs = np.array([0, 100, 200, 300])
+    assert marker_rows(xs, 399, {"earliest_step": 110, "divergence_step": 350, "log_only_alarm_step": 150}) == [
+        " ^ D", " L"]  # L shares ^'s column: a row of its own, not hidden
+    assert marker_rows(xs, 399, {"earliest_step": None, "divergence_step": 999, "log_only_alarm_step": None}) == []
+    res = make_result(n=300)
+    res.summary["loss"]["log_only_alarm_step"] = res.summary["verdict"]["earliest_step"] + 1
+    lines = render_terminal(res).splitlines()
+    assert any(ln.strip() == "L" for ln in lines)
+    assert any("L log-only alarm at step 1531" in ln for ln in lines)
+
+
+def test_eval_table_fits_100_columns():
+    from ckptscan import evaluate
+
+    t = {"fault": "lowprec-attention", "onset_step": 400, "divergence_step": 1000}
+    rows = [dict(evaluate.score_run(t, {"verdict": {"anomalous": True, "earliest_step": 500,
+                                                    "fault_type": "lowprec_attention", "evidence": []},
+                                        "loss": {"log_only_alarm_step": 900}}), run=f"lowprec-moe-seed{i}")
+            for i in range(3)]
+    text = evaluate.format_table(rows)
+    assert max(len(x) for x in text.splitlines()) <= 100
+    assert text.count("\nrun ") + text.startswith("run ") >= 2  # the columns that do not fit: a second table
+    for key, head in evaluate.COLUMNS:
+        assert head in text, head

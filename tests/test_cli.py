@@ -1,0 +1,127 @@
+"""The command line around the analysis: start-up cost, progress in CI logs, what stderr says about
+skipped inputs, option checks, output folders and the CI files written when a command fails.
+(The exit-code contract itself: tests/test_cli_contract.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from ckptscan import cli
+from ckptscan.api import analyze
+from ckptscan.cli import main
+from ckptscan.discover import Checkpoint
+from ckptscan.errors import InputError
+from tests.runs import make_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("cli") / "run", n=3)
+
+
+def test_help_and_version_do_not_import_torch():
+    code = ("import sys\nfrom ckptscan.cli import main\n"
+            "for args in (['--help'], ['--version'], ['analyze', '--help']):\n"
+            "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
+            "print('TORCH', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Usage: " in out and "TORCH False" in out
+
+
+def test_progress_lines_without_a_terminal(monkeypatch, capsys):
+    """First and last checkpoint, every skipped one, and in between at most every 5 s, with an ETA."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    now = [0.0]
+    with cli._progress(True, clock=lambda: now[0]) as update:
+        for i, (t, status) in enumerate([(1, "analysed"), (2, "analysed"), (4, "skipped"), (5, "reused"),
+                                         (10, "analysed"), (11, "analysed"), (12, "analysed")]):
+            now[0] = t
+            update(i, 7, Checkpoint(step=100 * (i + 1), path=None), status)
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split(" (")[0] for ln in lines] == ["ckptscan: checkpoint 1/7", "ckptscan: checkpoint 3/7",
+                                                   "ckptscan: checkpoint 5/7", "ckptscan: checkpoint 7/7"]
+    assert lines[0] == "ckptscan: checkpoint 1/7 (step 100) analysed; 1.0s elapsed, ETA 6.0s"
+    assert lines[1].startswith("ckptscan: checkpoint 3/7 (step 300) skipped;")
+    assert lines[-1].endswith("12s elapsed, ETA 0.0s")
+    with cli._progress(False) as update:
+        assert update is None
+
+
+def test_analyze_without_a_terminal_prints_progress_and_skips_on_stderr(tmp_path):
+    bad = make_run(tmp_path / "bad", n=3)
+    f = bad / "checkpoint-200" / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:60])
+    r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "o"), "-q"])
+    err = r.stderr.splitlines()
+    assert r.exit_code == 3 and r.stdout.startswith("INCONCLUSIVE: ")
+    (skip,) = [ln for ln in err if ln.startswith("ckptscan: warning: skipped ")]
+    assert skip.startswith(f"ckptscan: warning: skipped {bad / 'checkpoint-200'}: ") and "truncated" in skip
+    assert not any(ln.startswith("ckptscan: checkpoint ") for ln in err)  # -q: no progress
+    r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "o"), "--json"])
+    assert json.loads(r.stdout)["checkpoints"]["skipped"]  # stdout stays pure JSON
+    assert any(ln.startswith("ckptscan: checkpoint 2/2 ") for ln in r.stderr.splitlines())
+    assert "ckptscan: warning: skipped " in r.stderr
+
+
+def test_log_option_must_exist_and_may_be_a_folder(run, tmp_path):
+    r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "o"), "--log", str(tmp_path / "nolog")])
+    assert r.exit_code == 2 and "nolog" in r.stderr and len(r.stderr.splitlines()) == 1
+    logs = tmp_path / "tb"
+    logs.mkdir()
+    r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "o"), "--log", str(logs), "-q"])
+    assert r.exit_code == 5, r.output  # a folder (of TensorBoard event files) is accepted
+    with pytest.raises(Exception, match="no such file"):
+        analyze(run, out_dir=tmp_path / "o2", log_file=tmp_path / "nolog")
+
+
+def test_debug_stops_at_a_checkpoint_discovery_turned_away(tmp_path):
+    run = make_run(tmp_path / "run", n=3)
+    for f in (run / "checkpoint-200").iterdir():
+        f.unlink()  # a checkpoint folder without weights: discovery lists it as skipped
+    res = analyze(run, out_dir=tmp_path / "o")
+    assert [s.path for s in res.skipped] == [str(run / "checkpoint-200")]
+    with pytest.raises(InputError, match="checkpoint-200"):
+        analyze(run, out_dir=tmp_path / "o", debug=True)
+
+
+def test_default_output_folders_never_mix_runs_or_selections(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a = make_run(tmp_path / "a" / "run", n=3)
+    b = make_run(tmp_path / "b" / "run", n=3, seed=1)
+    ra, rb = analyze(a), analyze(b)
+    assert ra.out_dir == tmp_path / "ckptscan-out" / "run"
+    assert rb.out_dir.parent == ra.out_dir.parent and rb.out_dir.name.startswith("run-")
+    assert json.loads((ra.out_dir / "summary.json").read_text())["run"] == str(a)  # not overwritten by b
+    assert analyze(a).out_dir == ra.out_dir and analyze(b).out_dir == rb.out_dir  # each finds its own again
+    assert analyze(a, every=2).out_dir.name == "run.every-2"
+    assert analyze(a, steps="200:").out_dir.name == "run.steps-200-"
+    r = CliRunner().invoke(main, ["analyze", str(a), "-o", str(ra.out_dir), "--every", "2"])
+    assert r.exit_code == 2 and "--every 2" in r.stderr and "all checkpoints" in r.stderr
+    r = CliRunner().invoke(main, ["analyze", str(b), "-o", str(ra.out_dir)])
+    assert r.exit_code == 2 and "another run" in r.stderr
+
+
+def test_a_failed_command_still_writes_its_ci_outputs(tmp_path, monkeypatch):
+    """No verdict: the JUnit file and the GitHub outputs say so instead of being missing (or stale)."""
+    junit, md = tmp_path / "j.xml", tmp_path / "summary.md"
+    junit.write_text("<testsuites/>")  # an earlier run's file must not survive as if it were this one's
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(md))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = CliRunner().invoke(main, ["analyze", str(empty), "-o", str(tmp_path / "o"), "--junit", str(junit)])
+    assert r.exit_code == 3
+    error = next(ln for ln in r.stderr.splitlines() if ln.startswith("ckptscan: error: "))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    (case,) = suite.findall("testcase")
+    assert suite.get("errors") == "1" and suite.get("name") == f"ckptscan {empty}"
+    assert case.find("error").get("type") == "no-verdict"
+    assert case.find("error").get("message") == "no verdict: " + error.removeprefix("ckptscan: ")
+    assert md.read_text().startswith("## ckptscan: ⛔ no verdict\n")
+    assert "::error title=ckptscan%3A no verdict::no verdict: error: no checkpoints found" in r.stdout + r.stderr
