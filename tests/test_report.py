@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from ckptscan.api import Result, load_result
-from ckptscan.discover import Skipped
 from ckptscan.cli import main
+from ckptscan.discover import Skipped
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
 from ckptscan.report.html import render_html, to_json, write_html
@@ -489,7 +489,7 @@ def test_every_output_states_the_same_headline(name):
     tag = re.search(r'<div class="verdict (\w+)" data-state="([^"]+)"><span class="tag">([^<]+)</span> ([^<]*)</div>',
                     page)
     assert tag and tag.group(2) == o.state and f"{tag.group(3)}: {tag.group(4)}" == terminal
-    suite, cases = _cases(junit_tree(res))
+    _, cases = _cases(junit_tree(res))
     problem = cases["verdict"].find("failure") if cases["verdict"].find("failure") is not None else \
         cases["verdict"].find("error")
     assert cases["verdict"].find("system-out").text == f"{o.state}: {o.text}"
@@ -507,7 +507,7 @@ def test_every_output_states_the_same_headline(name):
 
 
 def test_summary_json_carries_the_outcome(tiny_run, tmp_path):
-    run, bad = tiny_run
+    _, bad = tiny_run
     s = json.loads(CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"]).stdout)
     assert s["outcome"] == data.outcome(s).as_dict() and s["outcome"]["unreadable_inputs"] == 1
     assert validate(s) == [] and s["started_at"].endswith("Z")
