@@ -347,6 +347,7 @@ def test_schema_is_draft_2020_12_and_accepts_our_summaries():
     (lambda s: s["verdict"]["evidence"][0].update(layer="one"), "$.verdict.evidence[0].layer"),
     (lambda s: s["loss"].update(divergence_step=-3), "minimum"),
     (lambda s: s.update(schema="ckptscan/2"), "$.schema"),
+    (lambda s: s.update(outcome={"state": "fine", "headline": "FINE", "unreadable_inputs": 0}), "$.outcome.state"),
 ])
 def test_schema_rejects_broken_summaries(mutate, expect):
     s = json.loads(make_result().to_json())
