@@ -308,16 +308,23 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a JUnit XML file.")
 @click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="never", show_default=True,
               help="Exit code policy, as for analyze.")
+@click.option("--baseline", "baseline_dir", type=_existing(file_okay=False),
+              help="Another stored result (an analyze output folder, e.g. a healthy run's) that the HTML report draws beside this one.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def report(out_dir, as_json, html_file, junit_file, fail_on, quiet, debug):
+def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet, debug):
     """Re-render a stored result (an analyze output folder) without recomputing."""
     from ckptscan.api import load_result
     from ckptscan.report import emit
 
     result = load_result(out_dir)
-    emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console())
+    baseline = None
+    if baseline_dir is not None:
+        base = load_result(baseline_dir)
+        baseline = (str(base.summary.get("run", baseline_dir)), base.timeline)
+    emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console(),
+         baseline=baseline)
     sys.exit(result.exit_code(fail_on))
 
 

@@ -1,7 +1,11 @@
 """The HTML report in a real browser: headless Chromium loads it from disk (file://).
 
 Checks: no console errors or exceptions, no network request of any kind, the plots rendered, the
-drill-down select box re-renders, and a screenshot for humans (``test-artifacts/report.png``).
+drill-down select box re-renders, no text in a chart printed over other text (labels, ticks,
+legends, colour bars), a usable page 390 px wide (a phone: nothing wider than the screen, the
+evidence table whole), and screenshots for humans (``test-artifacts/``).  ``python -m
+tests.test_html_browser docs/images/report.png`` regenerates the README's screenshot from a fresh
+analysis of ``fixtures/drills/lowprec-moe``.
 
 Chromium is driven over the DevTools protocol through ``--remote-debugging-pipe`` (JSON messages
 separated by NUL bytes on file descriptors 3 and 4), so no websocket client or selenium is needed.
@@ -70,7 +74,10 @@ class Browser:
         self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        self.viewport(width, height)
+
+    def viewport(self, width: int, height: int, mobile: bool = False) -> None:
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=mobile)
 
     # --- protocol ---------------------------------------------------------------------------
     def _read_message(self, deadline: float) -> dict:
@@ -177,13 +184,43 @@ def network_requests(browser: Browser) -> list[str]:
 
 
 def open_report(browser: Browser, path: Path) -> None:
+    browser.events.clear()
     browser.call("Page.navigate", url=path.resolve().as_uri())
     browser.wait_event("Page.loadEventFired")
     browser.wait_for("document.body.getAttribute('data-rendered') === '1'")
 
 
+# every piece of text plotly draws in a chart: labels, tick labels, legend entries, axis and colour
+# bar titles; pairs whose boxes overlap (by more than a pixel each way) are printed on each other
+OVERLAPS_JS = """(function () {
+  var sel = '.annotation-text-g, .xtick text, .ytick text, .y2tick text, .legendtext, .g-xtitle text, ' +
+            '.g-ytitle text, .g-y2title text, .cbtitle text, .cbaxis text';
+  var out = [];
+  document.querySelectorAll('.js-plotly-plot').forEach(function (plot, k) {
+    var items = [];
+    new Set(plot.querySelectorAll(sel)).forEach(function (n) {
+      var b = n.getBoundingClientRect();
+      if (b.width > 0 && b.height > 0 && n.textContent.trim() && getComputedStyle(n).opacity !== '0')
+        items.push({text: n.textContent.trim(), b: b});
+    });
+    for (var i = 0; i < items.length; i++) for (var j = i + 1; j < items.length; j++) {
+      var a = items[i].b, c = items[j].b;
+      if (a.left < c.right - 1 && c.left < a.right - 1 && a.top < c.bottom - 1 && c.top < a.bottom - 1)
+        out.push([k, items[i].text, items[j].text]);
+    }
+  });
+  return out;
+})()"""
+
+
+def text_overlaps(browser: Browser) -> list:
+    return browser.evaluate(OVERLAPS_JS)
+
+
 def fault_result(n=80, layers=3, heads=4) -> Result:
-    """A result shaped like a low-precision-attention fault: one head's D2 entropy collapses."""
+    """A result shaped like a low-precision-attention fault: one head's D2 entropy collapses (and
+    first alarms, the log-only alarm and the divergence close together, whose labels must not
+    print on one another)."""
     rng = np.random.default_rng(1)
     steps = np.arange(1, n + 1) * 25
     series = {}
@@ -204,11 +241,13 @@ def fault_result(n=80, layers=3, heads=4) -> Result:
                         "skipped": [{"path": "checkpoint-9", "reason": "truncated safetensors header", "error": True}]},
         "monitors": tl.names(), "findings": [],
         "verdict": {"anomalous": True, "earliest_step": first, "fault_type": "lowprec_attention", "confidence": 0.9,
-                    "evidence": [{"monitor": "attn.D2.entropy2", "layer": 1, "head": 2, "first_alarm_step": first,
-                                  "score": 9.1}]},
-        "loss": {"divergence_step": int(steps[-6]), "log_only_alarm_step": int(steps[-4]),
+                    "evidence": [{"monitor": "attn.D2.entropy2", "layer": lay, "head": head,
+                                  "first_alarm_step": int(steps[n // 2 + 4 + k]), "score": 9.1}
+                                 for k, (lay, head) in enumerate([(1, 2), (1, 0), (2, 1), (0, 3), (2, 2)])]
+                    + [{"monitor": "attn.M.entropy2", "layer": 1, "head": 2, "first_alarm_step": first, "score": 4.0}]},
+        "loss": {"divergence_step": int(steps[-6]), "log_only_alarm_step": int(steps[-5]),
                  "curve": {"steps": steps.tolist(), "loss": (3 - np.log(steps / 10) * 0.2).tolist()}},
-        "lead_time_steps": int(steps[-6] - first), "log_only_lead_time_steps": int(steps[-6] - steps[-4]),
+        "lead_time_steps": int(steps[-6] - first), "log_only_lead_time_steps": int(steps[-6] - steps[-5]),
     }
     return Result(Path("/nonexistent/run"), Path("/tmp/x"), summary, tl, [])
 
@@ -224,7 +263,6 @@ def browser(tmp_path_factory):
 
 def test_report_renders_offline_without_errors(browser, tmp_path):
     path = write_html(fault_result(), tmp_path / "report.html")
-    browser.events.clear()
     open_report(browser, path)
     n_plots = browser.evaluate("document.querySelectorAll('.js-plotly-plot').length")
     # loss + 4 leading-monitor timelines (3 available here: D2, M.entropy2, router.similarity)
@@ -239,12 +277,15 @@ def test_report_renders_offline_without_errors(browser, tmp_path):
     assert "ANOMALOUS" in text and "lowprec_attention" in text
 
     # the drill-down re-renders for another layer
-    before = browser.evaluate("document.getElementById('head-plot').layout.title.text")
+    before = browser.evaluate("document.getElementById('head-plot').getAttribute('data-title')")
     assert "layer 1" in before  # opens on the layer the evidence names
     browser.evaluate("""(function(){var s=document.querySelector('select[aria-label=layer]');
         s.value='0'; s.dispatchEvent(new Event('change')); return 1;})()""")
-    after = browser.evaluate("document.getElementById('head-plot').layout.title.text")
-    assert "layer 0" in after
+    browser.wait_for("document.getElementById('head-plot').getAttribute('data-title').indexOf('layer 0') >= 0")
+    # every colour bar is titled
+    titles = browser.evaluate("[...document.querySelectorAll('.cbtitle')].map(e => e.textContent)")
+    assert len(titles) == 4 and all(titles), titles
+    assert text_overlaps(browser) == []
 
     ARTIFACTS.mkdir(exist_ok=True)
     browser.screenshot(ARTIFACTS / "report.png")
@@ -265,12 +306,47 @@ def test_healthy_report_without_loss_or_heads(browser, tmp_path):
                            "evidence": []},
                "loss": {"divergence_step": None, "log_only_alarm_step": None}, "lead_time_steps": None}
     path = write_html(Result(Path("/nonexistent"), Path("/tmp/y"), summary, tl, []), tmp_path / "h.html")
-    browser.events.clear()
     open_report(browser, path)
     assert browser.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 2  # timeline + heatmap
     assert "HEALTHY" in browser.evaluate("document.getElementById('verdict').innerText")
     assert browser.problems() == []
     assert network_requests(browser) == [path.resolve().as_uri()]
+
+
+def test_phone_layout_is_usable_and_charts_keep_their_text_apart(browser, tmp_path):
+    """390 px wide: nothing wider than the screen, the evidence table whole, the charts drawn, and
+    no text on other text in any chart; the same head has the same colour in every chart."""
+    path = write_html(fault_result(), tmp_path / "phone.html")
+    browser.viewport(390, 844, mobile=True)
+    try:
+        open_report(browser, path)
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 390
+        table = browser.evaluate("""(function(){var t=document.querySelector('#verdict table.ev');
+            return [t.getBoundingClientRect().right, t.parentNode.getBoundingClientRect().right];})()""")
+        assert table[0] <= table[1] <= 390, table  # whole, not cut by its box or the screen
+        widths = browser.evaluate("[...document.querySelectorAll('.js-plotly-plot')].map(p => p.getBoundingClientRect().right)")
+        assert len(widths) == 8 and max(widths) <= 390
+        assert text_overlaps(browser) == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.screenshot(ARTIFACTS / "report-390px.png")
+        colours = browser.evaluate("""[...document.querySelectorAll('.js-plotly-plot')].map(p => (p.data || [])
+            .filter(t => t.name === 'layer 1 head 2').map(t => t.line.color)).flat()""")
+        assert len(colours) >= 2 and len(set(colours)) == 1, colours
+        assert browser.problems() == []
+    finally:
+        browser.viewport(1400, 1000)
+
+
+def test_overlapping_labels_would_be_caught(browser, tmp_path):
+    """The overlap check can fail: two labels put on the same spot on purpose are found."""
+    page = tmp_path / "overlap.html"
+    page.write_text(write_html(fault_result(), tmp_path / "r.html").read_text())
+    open_report(browser, page)
+    browser.evaluate("""(function(){var d=document.querySelector('.js-plotly-plot');
+        Plotly.relayout(d, {annotations: [{x: 0.5, y: 0.5, xref: 'paper', yref: 'paper', text: 'one', showarrow: false},
+                                          {x: 0.5, y: 0.5, xref: 'paper', yref: 'paper', text: 'two', showarrow: false}]});
+        return 1;})()""")
+    assert [o[1:] for o in text_overlaps(browser)] == [["one", "two"]]
 
 
 def test_a_network_request_would_be_caught(browser, tmp_path):
@@ -285,20 +361,35 @@ def test_a_network_request_would_be_caught(browser, tmp_path):
     assert any("boom" in p for p in browser.problems())
 
 
-if __name__ == "__main__":  # python -m tests.test_html_browser [OUT_DIR] PNG: screenshot for the docs
+def screenshot_fixture_report(png: Path, work: Path) -> list[str]:
+    """Analyse ``fixtures/drills/lowprec-moe`` afresh (into ``work``), render its HTML report and
+    take the README's screenshot (1280 x 900, the top of the page) to ``png``; returns the page's
+    problems (console errors, network requests)."""
+    from ckptscan.api import analyze
+
+    res = analyze(Path(__file__).resolve().parent.parent / "fixtures" / "drills" / "lowprec-moe", out_dir=work / "out")
+    page = write_html(res, work / "report.html")
+    b = Browser(work / "profile", width=1280, height=900)
+    try:
+        open_report(b, page)
+        b.screenshot(png, full_page=False)
+        return b.problems() + [u for u in network_requests(b) if u != page.resolve().as_uri()]
+    finally:
+        b.close()
+
+
+def test_readme_screenshot_script(browser, tmp_path):
+    """The script behind docs/images/report.png runs (here into test-artifacts/)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    assert screenshot_fixture_report(ARTIFACTS / "readme-report.png", tmp_path) == []
+    assert (ARTIFACTS / "readme-report.png").stat().st_size > 50_000
+
+
+if __name__ == "__main__":  # python -m tests.test_html_browser docs/images/report.png
     import sys
     import tempfile
 
-    from ckptscan.api import load_result
-
-    *src, png = sys.argv[1:]
-    res = load_result(src[0]) if src else fault_result()
     with tempfile.TemporaryDirectory() as tmp:
-        page = write_html(res, Path(tmp) / "report.html")
-        b = Browser(Path(tmp) / "profile", width=1280, height=900)
-        try:
-            open_report(b, page)
-            b.screenshot(Path(png), full_page=False)
-            print(png, "problems:", b.problems(), "requests:", network_requests(b))
-        finally:
-            b.close()
+        problems = screenshot_fixture_report(Path(sys.argv[1]), Path(tmp))
+    print(sys.argv[1], "problems:", problems)
+    sys.exit(1 if problems else 0)

@@ -3,6 +3,8 @@ GitHub Actions, the JSON schema, and the exit codes of analyze/report."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import io
 import json
 import os
@@ -21,7 +23,7 @@ from ckptscan.cli import main
 from ckptscan.discover import Skipped
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
-from ckptscan.report.html import render_html, to_json, write_html
+from ckptscan.report.html import build_payload, render_html, to_json, write_html
 from ckptscan.report.schema import summary_schema, validate
 from ckptscan.report.terminal import BLOCKS, print_result
 from ckptscan.timeline import Timeline, atomic_write
@@ -188,10 +190,13 @@ def test_terminal_no_color_env_in_a_terminal(monkeypatch):
 
 
 def _split_html(page: str):
-    scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.DOTALL)
-    assert len(scripts) == 2  # plotly.js, then the app
+    """(plotly.js unpacked, the app, the payload, the page without the packed plotly.js)."""
+    (app,) = re.findall(r"<script>(.*?)</script>", page, flags=re.DOTALL)
+    packed = re.search(r'<script type="application/octet-stream" id="plotly-gz">(.*?)</script>', page,
+                       flags=re.DOTALL).group(1)
     m = re.search(r'<script type="application/json" id="ckptscan-data">(.*?)</script>', page, flags=re.DOTALL)
-    return scripts[0], scripts[1], json.loads(m.group(1)), page.replace(scripts[0], "")
+    plotly_js = gzip.decompress(base64.b64decode(packed)).decode()
+    return plotly_js, app, json.loads(m.group(1)), page.replace(packed, "")
 
 
 def test_html_is_self_contained_and_carries_the_data():
@@ -199,6 +204,10 @@ def test_html_is_self_contained_and_carries_the_data():
     page = render_html(res)
     plotly_js, _app, payload, rest = _split_html(page)
     assert "Plotly" in plotly_js and len(plotly_js) > 1_000_000
+    from plotly.offline import get_plotlyjs
+
+    assert plotly_js == get_plotlyjs()  # the library itself, packed (2.0 MB instead of 4.8 MB)
+    assert len(page) < 2_300_000, len(page)
     # nothing outside the plotly.js library points anywhere: no src=, href=, url(), http(s) links
     assert not re.search(r"https?://", rest.replace("http-equiv", ""))
     assert not re.search(r"\b(src|href)\s*=", rest) and "url(" not in rest and "@import" not in rest
@@ -217,9 +226,61 @@ def test_html_is_self_contained_and_carries_the_data():
     assert heads["layers"][1][2][-1] == pytest.approx(float(arr[-1, 1, 2]), rel=6e-4)
     tl = payload["timelines"][0]
     assert tl["monitor"] == "attn.D2.entropy2" and tl["alarms"] == [{"layer": 1, "head": 2, "step": 330}]
-    assert any(t["name"] == "layer 1 head 2" and t["emph"] for t in tl["traces"])
+    assert any(t["layer"] == 1 and t["head"] == 2 and t["emph"] for t in tl["traces"])
     assert payload["loss"]["x"][:3] == [10, 20, 30]
     assert payload["markers"] == {"earliest_step": 330, "divergence_step": 560, "log_only_alarm_step": 580}
+
+
+def test_heatmaps_carry_the_departure_and_a_scale_that_shows_it():
+    """Linear value scales hide an onset in a series that drifts; the departure from the layer's
+    early level (the terminal strips' scale) shows it.  Values spanning decades get a log scale, a
+    count that stayed 0 a 0..1 scale."""
+    res = make_result()
+    payload = _split_html(render_html(res))[2]
+    mons = {m["monitor"]: m for f in payload["families"] for m in f["monitors"]}
+    d2 = mons["attn.D2.entropy2"]
+    assert d2["dev_label"] == "sigmas from early level" and d2["scale"]["type"] == "linear"
+    dev = np.array([[np.nan if v is None else v for v in row] for row in d2["dev"]])
+    # layer 1's collapse (from checkpoint 30 on) stands far above anything the other layers' noise reaches
+    assert np.nanmin(dev[1, 40:]) > 2 * max(np.nanmax(dev[0]), np.nanmax(dev[2]), np.nanmax(dev[1, :25]))
+    assert mons["numerics.nonfinite"]["scale"] == {"type": "linear", "min": 0.0, "max": 1.0}
+    from ckptscan.report.html import _scale
+
+    assert _scale(np.array([1e-4, 1e-3, np.nan, 0.5]))["type"] == "log"
+    assert _scale(np.array([-1.0, 5.0]))["type"] == "linear"
+
+
+def test_run_vs_baseline_view():
+    """A baseline run (--baseline's stored analysis, or one given to render_html) is drawn beside the
+    run: the layers the evidence names, this run's series and the baseline's."""
+    res, base = make_result(), make_result(anomalous=False)
+    assert _split_html(render_html(res))[2]["baseline"] is None
+    view = build_payload(res, baseline=("healthy twin", base.timeline))["baseline"]
+    assert view["label"] == "healthy twin"
+    first = view["monitors"][0]
+    assert first["monitor"] == "attn.D2.entropy2" and [t["layer"] for t in first["traces"]] == [1]
+    run_y = data.layer_matrix(res.timeline.get("attn.D2.entropy2"), "down")[1]
+    base_y = data.layer_matrix(base.timeline.get("attn.D2.entropy2"), "down")[1]
+    assert first["traces"][0]["run"]["y"].a[-1] == run_y[-1] and first["traces"][0]["base"]["y"].a[-1] == base_y[-1]
+
+
+def test_run_vs_baseline_from_the_judgements_reference_run(tmp_path):
+    res, base = make_result(), make_result(anomalous=False)
+    base.timeline.save(tmp_path / "timeline.h5")
+    res.summary["detection"] = {"baseline": "reference-run", "reference_run": "/runs/healthy",
+                                "reference_out": str(tmp_path)}
+    payload = _split_html(render_html(res))[2]
+    assert payload["baseline"]["label"] == "/runs/healthy" and payload["baseline"]["monitors"]
+    res.summary["detection"]["reference_out"] = str(tmp_path / "gone")  # a report renders without it
+    assert _split_html(render_html(res))[2]["baseline"] is None
+
+
+def test_html_says_how_long_this_invocation_took_and_what_it_reused():
+    res = make_result()
+    res.summary.update(started_at="2025-01-02T03:04:05Z", elapsed_s=0.84)
+    res.summary["checkpoints"]["reused"] = 58
+    assert ("started 2025-01-02T03:04:05Z, 0.8 s in this invocation (58 of 60 checkpoints reused from earlier runs)"
+            in render_html(res))
 
 
 def test_to_json_rounds_and_escapes():
@@ -604,3 +665,13 @@ def test_eval_table_fits_100_columns():
     assert text.count("\nrun ") + text.startswith("run ") >= 2  # the columns that do not fit: a second table
     for key, head in evaluate.COLUMNS:
         assert head in text, head
+
+
+def test_report_command_draws_another_stored_result_beside(tmp_path):
+    out = store(make_result(), tmp_path / "out")
+    base = store(make_result(anomalous=False, run="/runs/healthy"), tmp_path / "base")
+    html = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["report", str(out), "--html", str(html), "--baseline", str(base), "-q"])
+    assert r.exit_code == 0, r.output
+    payload = _split_html(html.read_text())[2]
+    assert payload["baseline"]["label"] == "/runs/healthy" and payload["baseline"]["monitors"]

@@ -13,17 +13,19 @@ from pathlib import Path
 import click
 
 
-def emit(result, *, as_json: bool, quiet: bool, html_file: Path | None, junit_file: Path | None, console) -> None:
+def emit(result, *, as_json: bool, quiet: bool, html_file: Path | None, junit_file: Path | None, console,
+         baseline=None) -> None:
     """Print the result (JSON or terminal report), write the requested files, and, under GitHub
     Actions, print annotations and append the job summary.  Files are written before anything that
-    could be interrupted by a closed pipe, and each is announced on stderr unless ``quiet``."""
+    could be interrupted by a closed pipe, and each is announced on stderr unless ``quiet``.
+    ``baseline``: (label, Timeline) the HTML report draws beside this run."""
     from ckptscan.report.ci import emit_github
 
     written = []
     if html_file is not None:
         from ckptscan.report.html import write_html
 
-        written.append(("HTML report", write_html(result, html_file)))
+        written.append(("HTML report", write_html(result, html_file, baseline)))
     if junit_file is not None:
         from ckptscan.report.ci import write_junit
 

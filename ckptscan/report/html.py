@@ -10,7 +10,8 @@ Offline by construction:
 * a Content-Security-Policy ``default-src 'none'`` forbids the page any fetch, even by mistake;
 * plotly's MathJax and topojson are never used (no math in labels, no geo traces).
 
-Size: ~4.8 MB of plotly.js plus the data.  Data are kept compact: values rounded to 4 significant
+Size: plotly.js (4.8 MB) is inlined gzip-compressed and base64-encoded (2.0 MB), plus the data.
+Data are kept compact: values rounded to 4 significant
 digits, heatmaps reduced to at most ``MAX_HEATMAP_COLS`` step columns, overview series to
 ``MAX_SERIES_POINTS`` points (min/max per bin so spikes survive), the per-head drill-down to
 ``MAX_HEAD_CELLS`` cells per monitor.
@@ -18,6 +19,9 @@ digits, heatmaps reduced to at most ``MAX_HEATMAP_COLS`` step columns, overview 
 
 from __future__ import annotations
 
+import base64
+import functools
+import gzip
 import html
 import json
 import math
@@ -35,6 +39,7 @@ MAX_HEATMAP_COLS = 600
 MAX_HEAD_CELLS = 250_000
 TIMELINE_MONITORS = 4
 DRILL_MONITORS = 4
+BASELINE_LAYERS = 4
 
 _HERE = Path(__file__).parent
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
@@ -45,21 +50,22 @@ CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline
 
 
 class _Arr:
-    """A numeric array to be written as a JSON list with 4 significant digits (NaN/Inf -> null)."""
+    """A numeric array to be written as a JSON list with ``digits`` significant digits (NaN/Inf -> null)."""
 
-    def __init__(self, a):
+    def __init__(self, a, digits: int = 4):
         self.a = np.asarray(a)
+        self.digits = digits
 
 
-def _fmt_array(a: np.ndarray) -> str:
+def _fmt_array(a: np.ndarray, digits: int = 4) -> str:
     if a.ndim > 1:
-        return "[" + ",".join(_fmt_array(r) for r in a) + "]"
+        return "[" + ",".join(_fmt_array(r, digits) for r in a) + "]"
     if a.dtype.kind in "iub":
         return "[" + ",".join(str(int(v)) for v in a) + "]"
     vals = np.asarray(a, dtype=np.float64)
     out = []
     for v in vals.tolist():
-        out.append(f"{v:.4g}" if math.isfinite(v) else "null")
+        out.append(f"{v:.{digits}g}" if math.isfinite(v) else "null")
     return "[" + ",".join(out) + "]"
 
 
@@ -80,7 +86,8 @@ def to_json(obj) -> str:
         raise TypeError(type(o))
 
     text = json.dumps(obj, default=default, allow_nan=False, separators=(",", ":"))
-    text = re.sub(r'"\\u0000ARR(\d+)\\u0000"', lambda m: _fmt_array(arrays[int(m.group(1))].a), text)
+    text = re.sub(r'"\\u0000ARR(\d+)\\u0000"', lambda m: _fmt_array(arrays[int(m.group(1))].a, arrays[int(m.group(1))].digits),
+                  text)
     # "</script>" or "<!--" inside a string must not end the element early
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
@@ -88,14 +95,17 @@ def to_json(obj) -> str:
 # --- the data the page plots ------------------------------------------------------------------
 
 
-def build_payload(result) -> dict:
-    """Everything report.js draws, as plain JSON-able data (tested without a browser)."""
+def build_payload(result, baseline=None) -> dict:
+    """Everything report.js draws, as plain JSON-able data (tested without a browser).
+
+    ``baseline``: (label, Timeline) of a healthy run to draw beside this one; by default the
+    reference run the judgement used (``--baseline``), when its stored analysis is still there."""
     s = result.summary
     tl = result.timeline
     steps = np.asarray(tl.steps) if tl is not None else np.zeros(0, np.int64)
     names = tl.names() if tl is not None else []
     marks = data.markers(s)
-    payload: dict = {"markers": marks, "timelines": [], "families": [], "heads": [], "loss": None}
+    payload: dict = {"markers": marks, "timelines": [], "families": [], "heads": [], "loss": None, "baseline": None}
 
     curve = data.loss_curve(s)
     if curve is not None:
@@ -118,30 +128,25 @@ def build_payload(result) -> dict:
         traces = []
         for layer in range(mat.shape[0]):
             x, y = data.downsample_xy(steps, mat[layer], per_trace)
-            traces.append({"name": f"layer {layer}", "x": _Arr(x), "y": _Arr(y), "emph": False})
+            traces.append({"layer": layer, "head": None, "x": _Arr(x), "y": _Arr(y), "emph": False})
         for a in alarms:  # the heads the evidence names, drawn on top
             lay, head = a["layer"], a["head"]
-            if lay is None or head is None or not (0 <= lay < arr.shape[1] and 0 <= head < arr.shape[2]):
+            if head is None or not (0 <= lay < arr.shape[1] and 0 <= head < arr.shape[2]):
                 continue
             if arr.shape[2] == 1:
                 traces[lay]["emph"] = True
                 continue
+            if any(t["layer"] == lay and t["head"] == head for t in traces):
+                continue
             x, y = data.downsample_xy(steps, arr[:, lay, head], per_trace)
-            traces.append({"name": f"layer {lay} head {head}", "x": _Arr(x), "y": _Arr(y), "emph": True})
+            traces.append({"layer": lay, "head": head, "x": _Arr(x), "y": _Arr(y), "emph": True})
         payload["timelines"].append({
             "monitor": name, "description": info.description, "direction": info.direction,
             "reduce": _reduce_label(info), "traces": traces, "alarms": alarms[:50],
         })
 
     for fam, members in data.families(names).items():
-        mons = []
-        for name in members:
-            info = data.monitor_info(name)
-            mat = data.layer_matrix(tl.get(name), info.direction)
-            xs, red = data.reduce_columns(mat, steps, MAX_HEATMAP_COLS, info.direction)
-            mons.append({"monitor": name, "description": info.description, "direction": info.direction,
-                         "reduce": _reduce_label(info), "x": _Arr(xs), "z": _Arr(red)})
-        payload["families"].append({"family": fam, "monitors": mons})
+        payload["families"].append({"family": fam, "monitors": [_heatmap(s, tl, name, steps) for name in members]})
 
     drill = [n for n in data.leading_monitors(s, names, k=len(names))
              if data.monitor_info(n).family in ("attention", "act_attention") and tl.get(n).shape[2] > 1]
@@ -156,8 +161,87 @@ def build_payload(result) -> dict:
             xs, red = data.reduce_columns(arr[:, layer, :].T, steps, cols, info.direction)
             layers.append(_Arr(red))
         payload["heads"].append({"monitor": name, "description": info.description, "x": _Arr(xs),
-                                 "layers": layers})
+                                 "layers": layers, "scale": _scale(arr)})
+
+    payload["baseline"] = _baseline_view(s, tl, baseline if baseline is not None else _reference_run(s))
     return payload
+
+
+def _heatmap(s: dict, tl, name: str, steps: np.ndarray) -> dict:
+    """One layer x step heatmap: the values (on a log scale when positive and spanning more than a
+    factor 10) and the departure the terminal strips show (robust sigmas from the layer's early
+    level in the anomalous direction, or the detector's score for trending series), where an
+    onset stands out whatever the series' own range."""
+    info = data.monitor_info(name)
+    mat = data.layer_matrix(tl.get(name), info.direction)
+    xs, red = data.reduce_columns(mat, steps, MAX_HEATMAP_COLS, info.direction)
+    scores = data.detector_scores(s, tl, name)
+    if scores is not None:
+        _, dev = data.reduce_columns(np.clip(scores, 0.0, None), steps, MAX_HEATMAP_COLS, "up")
+        dev_label = "detector score"
+    else:
+        dev = np.where(np.isfinite(red), data.deviation(red, info.direction), np.nan)
+        dev_label = "sigmas from early level"
+    return {"monitor": name, "description": info.description, "direction": info.direction,
+            "reduce": _reduce_label(info), "x": _Arr(xs), "z": _Arr(red), "scale": _scale(red),
+            "dev": _Arr(dev, digits=2), "dev_label": dev_label}
+
+
+def _scale(values: np.ndarray) -> dict:
+    """How to colour ``values``: log where they are all positive and span more than a factor 10,
+    else linear; the range ([v, v + 1] for a constant v >= 0: a count that stayed 0 is not centred
+    on 0)."""
+    fin = np.asarray(values, dtype=np.float64)
+    fin = fin[np.isfinite(fin)]
+    if len(fin) == 0:
+        return {"type": "linear", "min": 0.0, "max": 1.0}
+    lo, hi = float(fin.min()), float(fin.max())
+    if lo > 0 and hi / lo > 10:
+        return {"type": "log", "min": lo, "max": hi}
+    if hi == lo:
+        return {"type": "linear", "min": lo if lo >= 0 else lo - 1.0, "max": lo + 1.0 if lo >= 0 else lo}
+    return {"type": "linear", "min": lo, "max": hi}
+
+
+def _reference_run(summary: dict):
+    """The stored analysis of the reference run the judgement used, if it is still there."""
+    ref = (summary.get("detection") or {}).get("reference_out")
+    path = Path(ref) / "timeline.h5" if ref else None
+    if path is None or not path.is_file():
+        return None
+    from ckptscan.timeline import Timeline
+
+    try:
+        return (str((summary.get("detection") or {}).get("reference_run") or ref), Timeline.load(path))
+    except (OSError, KeyError, ValueError):  # a report renders without it
+        return None
+
+
+def _baseline_view(s: dict, tl, baseline) -> dict | None:
+    """Per leading monitor the baseline has too: this run's and the baseline's series of the layers
+    the evidence names (else the ones that moved most), at most ``BASELINE_LAYERS``."""
+    if baseline is None:
+        return None
+    label, base = baseline
+    bsteps = np.asarray(base.steps)
+    steps = np.asarray(tl.steps)
+    monitors = []
+    for name in data.leading_monitors(s, [n for n in tl.names() if n in base], k=TIMELINE_MONITORS):
+        info = data.monitor_info(name)
+        mat = data.layer_matrix(tl.get(name), info.direction)
+        bmat = data.layer_matrix(base.get(name), info.direction)
+        layers = sorted({a["layer"] for a in data.alarm_steps(s, name) if a["layer"] < min(len(mat), len(bmat))})
+        if not layers:
+            moved = data.deviation(mat, info.direction).max(axis=1)
+            layers = sorted(int(i) for i in np.argsort(-moved, kind="stable")[:BASELINE_LAYERS] if i < len(bmat))
+        traces = []
+        for layer in layers[:BASELINE_LAYERS]:
+            x, y = data.downsample_xy(steps, mat[layer], MAX_SERIES_POINTS)
+            bx, by = data.downsample_xy(bsteps, bmat[layer], MAX_SERIES_POINTS)
+            traces.append({"layer": layer, "run": {"x": _Arr(x), "y": _Arr(y)}, "base": {"x": _Arr(bx), "y": _Arr(by)}})
+        monitors.append({"monitor": name, "reduce": _reduce_label(info), "direction": info.direction,
+                         "traces": traces})
+    return {"label": label, "monitors": monitors} if monitors else None
 
 
 def _reduce_label(info: data.MonitorInfo) -> str:
@@ -193,8 +277,9 @@ def _verdict_html(s: dict) -> str:
         f"<tr><td>{_e(e.get('monitor'))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
         f"<td>{_e(data.evidence_step(e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
         for e in v["evidence"][:50])
-    ev = ("<table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th><th>first alarm step</th>"
-          f"<th>score</th></tr></thead><tbody>{rows}</tbody></table>") if rows else "<p class='muted'>no evidence items</p>"
+    ev = ("<div class='scroll'><table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th>"
+          f"<th>first alarm step</th><th>score</th></tr></thead><tbody>{rows}</tbody></table></div>"
+          ) if rows else "<p class='muted'>no evidence items</p>"
     findings = "".join(
         f"<li>{_e(f.get('kind'))} at step {_e(f.get('step'))} layer {_e(f.get('layer'))}: "
         f"{_e(f.get('nonfinite'))} NaN/Inf values in {_e(', '.join(map(str, f.get('tensors', []))))}</li>"
@@ -228,7 +313,7 @@ def _inputs_html(result) -> str:
                                  + (f", steps {steps[0]}..{steps[-1]}" if steps else "")),
         ("checkpoints skipped", len(skipped)),
         ("training log", log.get("path") if isinstance(log, dict) else None),
-        ("device", s.get("device")), ("elapsed (s)", s.get("elapsed_s")),
+        ("device", s.get("device")), ("analysis", _timing(s)),
         ("command", " ".join(map(str, s.get("command") or []))),
         ("versions", (f"analysed by ckptscan {s.get('ckptscan_version', '?')}; report by ckptscan {__version__}, "
                       f"plotly.js {_plotly_version()}; schema {s.get('schema', '?')}")),
@@ -236,12 +321,22 @@ def _inputs_html(result) -> str:
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     sk = "".join(f"<tr><td>{_e(x.get('path'))}</td><td>{_e(x.get('reason'))}</td>"
                  f"<td>{'error' if x.get('error', True) else 'expected'}</td></tr>" for x in skipped[:500])
-    sk_html = (f"<h3>skipped inputs</h3><table class='ev'><thead><tr><th>path</th><th>reason</th><th>kind</th></tr>"
-               f"</thead><tbody>{sk}</tbody></table>") if sk else ""
+    sk_html = (f"<h3>skipped inputs</h3><div class='scroll'><table class='ev'><thead><tr><th>path</th><th>reason</th>"
+               f"<th>kind</th></tr></thead><tbody>{sk}</tbody></table></div>") if sk else ""
     notes = lay.get("notes") or []
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     notes_html = f"<h3>layout notes</h3><ul>{notes_html}</ul>" if notes_html else ""
-    return f"<table class='kv'>{body}</table>{sk_html}{notes_html}"
+    return f"<div class='scroll'><table class='kv'>{body}</table></div>{sk_html}{notes_html}"
+
+
+def _timing(s: dict) -> str:
+    """When and how long, saying how much of it was reused (a re-run that reuses every stored
+    checkpoint takes a fraction of the first analysis)."""
+    ck = s.get("checkpoints") or {}
+    started = f"started {s['started_at']}, " if s.get("started_at") else ""
+    elapsed = s.get("elapsed_s")
+    took = f"{elapsed:.1f} s in this invocation" if isinstance(elapsed, (int, float)) else "time not recorded"
+    return f"{started}{took} ({ck.get('reused', 0)} of {ck.get('analyzed', 0)} checkpoints reused from earlier runs)"
 
 
 def _plotly_version() -> str:
@@ -253,21 +348,24 @@ def _plotly_version() -> str:
         return "?"
 
 
-def _plotly_js() -> str:
+@functools.lru_cache(maxsize=1)
+def _plotly_js_packed() -> str:
+    """plotly.min.js gzip-compressed and base64-encoded (4.8 MB -> 2.0 MB); the page unpacks it with
+    the browser's DecompressionStream and runs it as an inline script (the CSP allows no eval)."""
     try:
         from plotly.offline import get_plotlyjs
     except ImportError as e:  # declared dependency; a clear message if an install lacks it
         from ckptscan.errors import UsageError
 
         raise UsageError("--html needs the 'plotly' package (pip install plotly)") from e
-    return get_plotlyjs()
+    return base64.b64encode(gzip.compress(get_plotlyjs().encode(), 9, mtime=0)).decode("ascii")
 
 
-def render_html(result) -> str:
+def render_html(result, baseline=None) -> str:
+    """The page; ``baseline``: (label, Timeline) of a run to draw beside this one (``build_payload``)."""
     s = result.summary
     template = (_HERE / "template.html").read_text()
     app = (_HERE / "report.js").read_text()
-    plotly_js = _plotly_js().replace("</script", "<\\/script")
     title = f"ckptscan report: {Path(str(s.get('run', 'run'))).name}"
     parts = {
         "CSP": CSP,
@@ -275,18 +373,18 @@ def render_html(result) -> str:
         "RUN": _e(s.get("run")),
         "VERDICT": _verdict_html(s),
         "INPUTS": _inputs_html(result),
-        "DATA": to_json(build_payload(result)),
-        "PLOTLY": plotly_js,
+        "DATA": to_json(build_payload(result, baseline)),
+        "PLOTLY": _plotly_js_packed(),
         "APP": app,
     }
     # one pass, so that nothing inserted is scanned for placeholders again
     return re.sub(r"@@(CSP|TITLE|RUN|VERDICT|INPUTS|DATA|PLOTLY|APP)@@", lambda m: parts[m.group(1)], template)
 
 
-def write_html(result, path: str | Path) -> Path:
+def write_html(result, path: str | Path, baseline=None) -> Path:
     """Write the report to ``path`` (atomically); returns the path."""
     from ckptscan.timeline import atomic_write
 
     path = Path(path)
-    atomic_write(path, render_html(result))
+    atomic_write(path, render_html(result, baseline))
     return path
