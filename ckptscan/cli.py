@@ -328,5 +328,23 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet
     sys.exit(result.exit_code(fail_on))
 
 
+@main.command()
+@click.argument("result_dir", type=_existing(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "tensorboard"]), required=True,
+              help="csv / parquet: one row per step, monitor, layer and head; tensorboard: event files at the "
+                   "training steps, to view beside the training curves.")
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path),
+              help="File (csv, parquet) or new folder (tensorboard) to write; default RESULT_DIR/export/.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@handle_errors
+def export(result_dir, fmt, out_path, debug):
+    """Write the monitors of a stored result (an analyze output folder) as CSV, Parquet or TensorBoard
+    event files; prints the path written."""
+    from ckptscan.api import load_result
+    from ckptscan.export import export_result
+
+    click.echo(str(export_result(load_result(result_dir), fmt, out_path)))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
