@@ -367,7 +367,8 @@ def screenshot_fixture_report(png: Path, work: Path) -> list[str]:
     problems (console errors, network requests)."""
     from ckptscan.api import analyze
 
-    res = analyze(Path(__file__).resolve().parent.parent / "fixtures" / "drills" / "lowprec-moe", out_dir=work / "out")
+    run = Path(__file__).resolve().parent.parent / "fixtures" / "drills" / "lowprec-moe"
+    res = analyze(Path(os.path.relpath(run)), out_dir=work / "out")  # from the repository: the page shows fixtures/...
     page = write_html(res, work / "report.html")
     b = Browser(work / "profile", width=1280, height=900)
     try:
