@@ -125,3 +125,16 @@ def test_a_failed_command_still_writes_its_ci_outputs(tmp_path, monkeypatch):
     assert case.find("error").get("message") == "no verdict: " + error.removeprefix("ckptscan: ")
     assert md.read_text().startswith("## ckptscan: ⛔ no verdict\n")
     assert "::error title=ckptscan%3A no verdict::no verdict: error: no checkpoints found" in r.stdout + r.stderr
+
+
+def test_eval_prints_a_progress_line_per_run(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        make_run(runs / name, n=3)
+        (runs / name / "truth.json").write_text(json.dumps({"fault": "none", "onset_step": None,
+                                                             "divergence_step": None}))
+    r = CliRunner().invoke(main, ["eval", str(runs), "-o", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert [ln.split(" (")[0] for ln in r.stderr.splitlines()] == [
+        "ckptscan eval: run 1/2 a: inconclusive", "ckptscan eval: run 2/2 b: inconclusive"]
+    assert len(json.loads(r.stdout)["rows"]) == 2  # stdout stays the JSON

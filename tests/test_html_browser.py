@@ -190,10 +190,11 @@ def open_report(browser: Browser, path: Path) -> None:
     browser.wait_for("document.body.getAttribute('data-rendered') === '1'")
 
 
-# every piece of text plotly draws in a chart: labels, tick labels, legend entries, axis and colour
-# bar titles; pairs whose boxes overlap (by more than a pixel each way) are printed on each other
+# every piece of text plotly draws in a chart: labels, tick labels, axis and colour bar titles, and
+# the legend's box (which hides what it covers); pairs whose boxes overlap (by more than a pixel each
+# way) are printed on each other
 OVERLAPS_JS = """(function () {
-  var sel = '.annotation-text-g, .xtick text, .ytick text, .y2tick text, .legendtext, .g-xtitle text, ' +
+  var sel = '.annotation-text-g, .xtick text, .ytick text, .y2tick text, .legend, .g-xtitle text, ' +
             '.g-ytitle text, .g-y2title text, .cbtitle text, .cbaxis text';
   var out = [];
   document.querySelectorAll('.js-plotly-plot').forEach(function (plot, k) {
@@ -246,7 +247,8 @@ def fault_result(n=80, layers=3, heads=4) -> Result:
                                  for k, (lay, head) in enumerate([(1, 2), (1, 0), (2, 1), (0, 3), (2, 2)])]
                     + [{"monitor": "attn.M.entropy2", "layer": 1, "head": 2, "first_alarm_step": first, "score": 4.0}]},
         "loss": {"divergence_step": int(steps[-6]), "log_only_alarm_step": int(steps[-5]),
-                 "curve": {"steps": steps.tolist(), "loss": (3 - np.log(steps / 10) * 0.2).tolist()}},
+                 "curve": {"steps": steps.tolist(), "loss": (3 - np.log(steps / 10) * 0.2).tolist(),
+                           "grad_norm": np.geomspace(0.5, 2e4, n).tolist()}},
         "lead_time_steps": int(steps[-6] - first), "log_only_lead_time_steps": int(steps[-6] - steps[-5]),
     }
     return Result(Path("/nonexistent/run"), Path("/tmp/x"), summary, tl, [])
