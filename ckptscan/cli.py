@@ -24,6 +24,8 @@ from ckptscan._alloc import bound_heap_growth
 from ckptscan.errors import EXIT_INTERNAL, CkptscanError
 
 MAX_WIDTH = 100  # every report line fits in this many columns (docs/report.md)
+EXIT_PIPE = 141  # stdout closed by its reader: what a shell reports for SIGPIPE
+VERDICT_REACHED = "ckptscan.verdict_reached"  # ctx.meta: a failure after this point is not "no verdict"
 PROGRESS_EVERY_S = 5.0  # without a terminal: a progress line at most this often (and first, last, skipped)
 
 
@@ -34,7 +36,13 @@ def _console(stderr: bool = False):
     no_color = bool(os.environ.get("NO_COLOR"))
     stream = sys.stderr if stderr else sys.stdout
     width = min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns) if stream.isatty() else MAX_WIDTH
-    return Console(stderr=stderr, no_color=no_color, highlight=False, width=width)
+    console = Console(stderr=stderr, no_color=no_color, highlight=False, width=width)
+
+    def broken_pipe():  # rich would exit 1, the code of an anomaly: end as handle_errors does
+        raise BrokenPipeError
+
+    console.on_broken_pipe = broken_pipe
+    return console
 
 
 class _Main(click.Group):
@@ -86,13 +94,17 @@ def handle_errors(fn):
 
     When the command stops before a verdict, the CI outputs it was asked for still say so: a JUnit
     file (``--junit``) and, under GitHub Actions, an annotation and the job summary read "no verdict"
-    with the error, instead of being missing or left over from an earlier run."""
+    with the error, instead of being missing or left over from an earlier run.  A reader that
+    closes stdout early (``| head``) ends the command quietly (exit 141, as a shell reports SIGPIPE)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         debug = kwargs.get("debug", False)
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            sys.exit(EXIT_PIPE)
         except CkptscanError as e:
             if debug:
                 raise
@@ -113,7 +125,9 @@ def handle_errors(fn):
 
 def _stop(message: str, code: int, kwargs: dict):
     click.echo(f"ckptscan: {message}", err=True)
-    if "junit_file" in kwargs:  # analyze, report: the commands whose outputs CI reads
+    ctx = click.get_current_context(silent=True)
+    reached = ctx is not None and ctx.meta.get(VERDICT_REACHED)
+    if "junit_file" in kwargs and not reached:  # analyze, report: the commands whose outputs CI reads
         from ckptscan.report.ci import no_verdict_outputs
 
         run = kwargs.get("run_dir") or kwargs.get("out_dir")
@@ -207,6 +221,7 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
             on_progress=on_progress, debug=debug,
             command=["ckptscan", *sys.argv[1:]],
         )
+    click.get_current_context().meta[VERDICT_REACHED] = True
     for sk in result.skipped:  # on stderr too: with --quiet or --json this is the only place they show
         kind = "warning: skipped" if sk.error else "note: skipped (expected in a live run)"
         click.echo(f"ckptscan: {kind} {sk.path}: {sk.reason}", err=True)
@@ -319,6 +334,7 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet
     from ckptscan.report import emit
 
     result = load_result(out_dir)
+    click.get_current_context().meta[VERDICT_REACHED] = True
     baseline = None
     if baseline_dir is not None:
         base = load_result(baseline_dir)

@@ -138,3 +138,18 @@ def test_eval_prints_a_progress_line_per_run(tmp_path):
     assert [ln.split(" (")[0] for ln in r.stderr.splitlines()] == [
         "ckptscan eval: run 1/2 a: inconclusive", "ckptscan eval: run 2/2 b: inconclusive"]
     assert len(json.loads(r.stdout)["rows"]) == 2  # stdout stays the JSON
+
+
+def test_a_reader_closing_stdout_early_is_not_a_failure_of_the_analysis(tmp_path):
+    """``ckptscan report OUT --junit F | head -1``: exit 141 (SIGPIPE's code), no 'internal error',
+    and the JUnit file keeps the verdict (it is written before anything goes to stdout)."""
+    from tests.test_report import make_result, store
+
+    out = store(make_result(), tmp_path / "out")
+    junit = tmp_path / "j.xml"
+    p = subprocess.Popen([sys.executable, "-m", "ckptscan.cli", "report", str(out), "--junit", str(junit)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the first line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141 and "error" not in err, err
+    assert ET.parse(junit).getroot().find("testsuite/testcase/failure").get("type") == "lowprec_attention"
