@@ -409,10 +409,6 @@ def run_analysis(
     return results, skipped, an.layout_desc
 
 
-def default_out_dir(run_dir: Path) -> Path:
-    return Path.cwd() / "ckptscan-out" / run_dir.resolve().name
-
-
 def check_out_dir(out_dir: Path, run_dir: Path) -> None:
     """Evidence is read-only: the output folder must not be inside the run directory."""
     from ckptscan.errors import UsageError

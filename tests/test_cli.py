@@ -120,7 +120,7 @@ def test_a_failed_command_still_writes_its_ci_outputs(tmp_path, monkeypatch):
     error = next(ln for ln in r.stderr.splitlines() if ln.startswith("ckptscan: error: "))
     suite = ET.parse(junit).getroot().find("testsuite")
     (case,) = suite.findall("testcase")
-    assert suite.get("errors") == "1" and suite.get("name") == f"ckptscan {empty}"
+    assert suite.get("errors") == "1" and suite.get("name") == f"ckptscan {empty}" and suite.get("timestamp")
     assert case.find("error").get("type") == "no-verdict"
     assert case.find("error").get("message") == "no verdict: " + error.removeprefix("ckptscan: ")
     assert md.read_text().startswith("## ckptscan: ⛔ no verdict\n")

@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ckptscan.report import data
@@ -141,7 +142,7 @@ def junit_tree(result) -> ET.ElementTree:
 
 def no_verdict_junit(message: str, run: str) -> ET.ElementTree:
     """The JUnit file of a command that stopped before judging: its verdict case errors."""
-    suite = _suite(run, {})
+    suite = _suite(run, {"started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")})
     c = ET.SubElement(suite, "testcase", name="verdict", classname=f"ckptscan.{run_id(run)}", time="0.000")
     text = f"{data.NO_VERDICT}: {message}"
     ET.SubElement(c, "error", message=text, type="no-verdict").text = text
