@@ -246,8 +246,9 @@ def claim_out_dir(out: Path, run_dir: Path, selection: dict) -> None:
         raise UsageError(f"output folder {out} holds the results of another run ({owner.get('run')}); "
                          f"choose another with -o")
     if owner.get("selection") != selection:
-        raise UsageError(f"output folder {out} holds the analysis of {_selection_words(owner.get('selection') or {})}; "
-                         f"this one ({_selection_words(selection)}) would replace it: choose another with -o")
+        held = _selection_words(owner.get("selection") or {})
+        raise UsageError(f"output folder {out} holds the analysis of {held}; this one "
+                         f"({_selection_words(selection)}) would replace it: choose another with -o")
 
 
 def model_inputs(config_file, layout_file, heads, kv_heads) -> tuple[Path | None, Path | None, dict]:

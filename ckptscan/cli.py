@@ -35,7 +35,9 @@ def _console(stderr: bool = False):
 
     no_color = bool(os.environ.get("NO_COLOR"))
     stream = sys.stderr if stderr else sys.stdout
-    width = min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns) if stream.isatty() else MAX_WIDTH
+    width = MAX_WIDTH
+    if stream.isatty():
+        width = min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns)
     console = Console(stderr=stderr, no_color=no_color, highlight=False, width=width)
 
     def broken_pipe():  # rich would exit 1, the code of an anomaly: end as handle_errors does
@@ -52,8 +54,10 @@ class _Main(click.Group):
 
     # name -> (module, attribute, one-line help for ``ckptscan --help``)
     LAZY: ClassVar[dict[str, tuple[str, str, str]]] = {
-        "drill": ("ckptscan.drills.cli", "drill", "Train a tiny model with a fault injected; write a checkpointed run."),
-        "eval": ("ckptscan.evaluate", "eval_cmd", "Analyse every drill run (folders with truth.json) and score the verdicts."),
+        "drill": ("ckptscan.drills.cli", "drill",
+                  "Train a tiny model with a fault injected; write a checkpointed run."),
+        "eval": ("ckptscan.evaluate", "eval_cmd",
+                 "Analyse every drill run (folders with truth.json) and score the verdicts."),
     }
 
     def list_commands(self, ctx):
@@ -117,8 +121,8 @@ def handle_errors(fn):
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
                 raise
-            _stop(f"internal error: {type(e).__name__}: {e} (re-run with --debug for the traceback)", EXIT_INTERNAL,
-                  kwargs)
+            _stop(f"internal error: {type(e).__name__}: {e} (re-run with --debug for the traceback)",
+                  EXIT_INTERNAL, kwargs)
 
     return wrapper
 
@@ -136,7 +140,8 @@ def _stop(message: str, code: int, kwargs: dict):
     sys.exit(code)
 
 
-@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
+@click.group(cls=_Main,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
 @click.version_option(__version__, prog_name="ckptscan")
 def main():
     """Offline checkpoint forensics for LLM training runs.
@@ -171,8 +176,10 @@ def _common_analysis_options(fn):
         click.option("--replay-pattern", metavar="PATTERN",
                      help="Where replay files are, relative to the run dir, e.g. 'replay/step_{step}.h5' (default: replay.h5 in each checkpoint)."),
         click.option("--log", "log_file", type=_existing(),
-                     help="Training log to read the loss from: trainer_state.json, *.jsonl, *.csv, or TensorBoard event files (a file or their folder)."),
-        click.option("--baseline", type=_existing(file_okay=False), help="A healthy reference run of the same recipe to compare against step by step."),
+                     help="Training log to read the loss from: trainer_state.json, *.jsonl, *.csv, or "
+                          "TensorBoard event files (a file or their folder)."),
+        click.option("--baseline", type=_existing(file_okay=False),
+                     help="A healthy reference run of the same recipe to compare against step by step."),
         click.option("--debug", is_flag=True, help="Show tracebacks and stop at the first bad checkpoint."),
     ]
     for o in reversed(opts):
@@ -180,9 +187,9 @@ def _common_analysis_options(fn):
     return fn
 
 
-FAIL_ON_HELP = ("anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: exit 3 on "
-                "unreadable input, 5 when inconclusive, never 1; never: 0 whatever the verdict (errors that stop "
-                "the command still exit 2, 3 or 4).")
+FAIL_ON_HELP = ("anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: "
+                "exit 3 on unreadable input, 5 when inconclusive, never 1; never: 0 whatever the verdict "
+                "(errors that stop the command still exit 2, 3 or 4).")
 
 
 @main.command()
@@ -195,7 +202,8 @@ FAIL_ON_HELP = ("anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when in
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML file for CI systems.")
 @click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="anomaly", show_default=True,
               help=FAIL_ON_HELP)
-@click.option("-q", "--quiet", is_flag=True, help="No progress; only the verdict line (and skipped inputs on stderr).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress; only the verdict line (and skipped inputs on stderr).")
 @handle_errors
 def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, config_file, heads, kv_heads,
             trust_pickle, replay, replay_pattern, log_file, baseline, debug, as_json, html_file, junit_file,
@@ -272,8 +280,8 @@ class _progress:
             last[0] = now
             elapsed = now - start
             eta = elapsed / done * (total - done)
-            click.echo(f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {status}; {_duration(elapsed)} elapsed, "
-                       f"ETA {_duration(eta)}", err=True)
+            click.echo(f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {status}; "
+                       f"{_duration(elapsed)} elapsed, ETA {_duration(eta)}", err=True)
 
         return update
 
@@ -287,13 +295,16 @@ def _duration(seconds: float) -> str:
     if seconds < 10:
         return f"{seconds:.1f}s"
     s = round(seconds)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 @main.command()
 @click.argument("checkpoint", type=_existing())
 @click.option("--layout", "layout_file", type=_existing(dir_okay=False), help="User layout file (TOML).")
-@click.option("--config", "config_file", type=_existing(dir_okay=False), help="Model config (HF config.json or a layout TOML).")
+@click.option("--config", "config_file", type=_existing(dir_okay=False),
+              help="Model config (HF config.json or a layout TOML).")
 @click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config).")
 @click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (overrides any config).")
 @click.option("--trust-pickle", is_flag=True, help="Allow torch files that need arbitrary unpickling (executes code: only for trusted files).")
@@ -324,7 +335,8 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 @click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="never", show_default=True,
               help="Exit code policy, as for analyze.")
 @click.option("--baseline", "baseline_dir", type=_existing(file_okay=False),
-              help="Another stored result (an analyze output folder, e.g. a healthy run's) that the HTML report draws beside this one.")
+              help="Another stored result (an analyze output folder, e.g. a healthy run's) that the HTML "
+                   "report draws beside this one.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
@@ -347,8 +359,8 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet
 @main.command()
 @click.argument("result_dir", type=_existing(file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "tensorboard"]), required=True,
-              help="csv / parquet: one row per step, monitor, layer and head; tensorboard: event files at the "
-                   "training steps, to view beside the training curves.")
+              help="csv / parquet: one row per step, monitor, layer and head; tensorboard: event files "
+                   "at the training steps, to view beside the training curves.")
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path),
               help="File (csv, parquet) or new folder (tensorboard) to write; default RESULT_DIR/export/.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")

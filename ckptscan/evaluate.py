@@ -269,9 +269,11 @@ def format_table(rows: list[dict], width: int = 100) -> str:
     lines.append("")
     lines += textwrap.wrap(
         f"faulty runs detected {t['detected']}/{t['faulty']}, class right {t['class_right']}/{t['runs']}, "
-        f"false alarms {t['false_alarms']}/{t['runs']}, lead > log-only {t['beats_log_only']}/{t['diverged']} diverged "
+        f"false alarms {t['false_alarms']}/{t['runs']}, "
+        f"lead > log-only {t['beats_log_only']}/{t['diverged']} diverged "
         f"(vs its first alarm only: {t['beats_log_only_first']}/{t['diverged']}; "
-        f"vs its alarms a healthy twin does not raise: {t['beats_log_only_specific']}/{t['with_twin']} with a twin), "
+        f"vs its alarms a healthy twin does not raise: {t['beats_log_only_specific']}/{t['with_twin']} "
+        f"with a twin), "
         f"alarm confirmed before divergence {t['confirmed_before_divergence']}/{t['diverged']}, "
         f"log-only cried wolf {t['log_only_cried_wolf']}/{t['runs']}", width)
     return "\n".join(lines)
@@ -295,9 +297,11 @@ def eval_cmd(runs_dir: Path, out_root: Path | None, twins_dir: Path | None, devi
         raise UsageError(f"{runs_dir}: no run folder with a truth.json")
 
     def progress(i, total, row, seconds):  # on stderr: stdout carries the table or the JSON
-        click.echo(f"ckptscan eval: run {i + 1}/{total} {row['run']}: {row['verdict']} ({seconds:.1f}s)", err=True)
+        click.echo(f"ckptscan eval: run {i + 1}/{total} {row['run']}: {row['verdict']} ({seconds:.1f}s)",
+                   err=True)
 
-    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, device=device, on_run=progress, debug=debug)
+    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, device=device, on_run=progress,
+                    debug=debug)
     if as_json:
         click.echo(json.dumps({"rows": rows, "totals": totals(rows)}, indent=2))
     else:

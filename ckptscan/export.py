@@ -33,8 +33,11 @@ MARKER = "ckptscan-export.json"  # in a TensorBoard export folder: ours to repla
 
 
 def default_path(out_dir: Path, fmt: str) -> Path:
-    return Path(out_dir) / "export" / {"csv": "monitors.csv", "parquet": "monitors.parquet",
-                                       "tensorboard": "tensorboard"}[fmt]
+    return (
+        Path(out_dir)
+        / "export"
+        / {"csv": "monitors.csv", "parquet": "monitors.parquet", "tensorboard": "tensorboard"}[fmt]
+    )
 
 
 def export_result(result, fmt: str, path: Path | None = None) -> Path:
@@ -44,7 +47,9 @@ def export_result(result, fmt: str, path: Path | None = None) -> Path:
     path = Path(path) if path is not None else default_path(result.out_dir, fmt)
     run = Path(str(result.summary.get("run", result.run_dir))).resolve()
     if path.resolve() == run or run in path.resolve().parents:
-        raise UsageError(f"{path} is inside the run directory {run}: ckptscan never writes there; choose another with -o")
+        raise UsageError(
+            f"{path} is inside the run directory {run}: ckptscan never writes there; choose another with -o"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     {"csv": _csv, "parquet": _parquet, "tensorboard": _tensorboard}[fmt](result, path)
     return path
@@ -82,36 +87,47 @@ def _parquet(result, path: Path) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise UsageError("--format parquet needs the 'pyarrow' package: pip install 'ckptscan[parquet]'") from None
+        raise UsageError(
+            "--format parquet needs the 'pyarrow' package: pip install 'ckptscan[parquet]'"
+        ) from None
     tl = result.timeline
     tables = []
     for name in tl.names():
         steps, layer, head, values = _columns(tl, name)
-        tables.append(pa.table({
-            "step": pa.array(steps), "monitor": pa.array([name] * len(steps)).dictionary_encode(),
-            "layer": pa.array(layer),
-            "head": pa.nulls(len(steps), pa.int32()) if head is None else pa.array(head),
-            "value": pa.array(values, mask=~np.isfinite(values)),
-        }))
+        tables.append(
+            pa.table(
+                {
+                    "step": pa.array(steps),
+                    "monitor": pa.array([name] * len(steps)).dictionary_encode(),
+                    "layer": pa.array(layer),
+                    "head": pa.nulls(len(steps), pa.int32()) if head is None else pa.array(head),
+                    "value": pa.array(values, mask=~np.isfinite(values)),
+                }
+            )
+        )
     schema = tables[0].schema if tables else pa.schema([("step", pa.int64())])
-    atomic_write(path, writer=lambda tmp: pq.write_table(pa.concat_tables(tables) if tables else schema.empty_table(),
-                                                          tmp))
+    atomic_write(
+        path,
+        writer=lambda tmp: pq.write_table(pa.concat_tables(tables) if tables else schema.empty_table(), tmp),
+    )
 
 
 def _tensorboard(result, path: Path) -> None:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise UsageError("--format tensorboard needs the 'tensorboard' package: "
-                         "pip install 'ckptscan[tensorboard]'") from None
+        raise UsageError(
+            "--format tensorboard needs the 'tensorboard' package: pip install 'ckptscan[tensorboard]'"
+        ) from None
     if path.exists():
         if not path.is_dir():
             raise UsageError(f"{path} exists and is not a folder")
         if (path / MARKER).is_file():  # an earlier export of ours: replaced, not appended to
             shutil.rmtree(path)
         elif any(path.iterdir()):
-            raise UsageError(f"{path} is not empty: give a new folder (e.g. a 'ckptscan' folder beside the "
-                             f"training logs)")
+            raise UsageError(
+                f"{path} is not empty: give a new folder (e.g. a 'ckptscan' folder beside the training logs)"
+            )
     path.mkdir(parents=True, exist_ok=True)
     s, tl = result.summary, result.timeline
     steps = [int(x) for x in tl.steps]
@@ -124,10 +140,18 @@ def _tensorboard(result, path: Path) -> None:
             for layer in range(mat.shape[0]):
                 _scalars(writer, f"ckptscan/{name}/layer{layer:02d}", steps, mat[layer])
             for a in data.alarm_steps(s, name):
-                if a["head"] is not None and arr.shape[2] > 1 and 0 <= a["layer"] < arr.shape[1] \
-                        and 0 <= a["head"] < arr.shape[2]:
-                    _scalars(writer, f"ckptscan/{name}/layer{a['layer']:02d}_head{a['head']:02d}", steps,
-                             arr[:, a["layer"], a["head"]])
+                if (
+                    a["head"] is not None
+                    and arr.shape[2] > 1
+                    and 0 <= a["layer"] < arr.shape[1]
+                    and 0 <= a["head"] < arr.shape[2]
+                ):
+                    _scalars(
+                        writer,
+                        f"ckptscan/{name}/layer{a['layer']:02d}_head{a['head']:02d}",
+                        steps,
+                        arr[:, a["layer"], a["head"]],
+                    )
         writer.add_text("ckptscan/verdict", _verdict_markdown(s), global_step=steps[-1] if steps else 0)
     finally:
         writer.close()
@@ -144,7 +168,9 @@ def _verdict_markdown(s: dict) -> str:
     o = data.outcome(s)
     lines = [f"**{o.headline}**", ""]
     for e in data.verdict(s)["evidence"][:20]:
-        lines.append(f"- {e.get('monitor')}: layer {e.get('layer')}"
-                     + ("" if e.get("head") is None else f" head {e.get('head')}")
-                     + f", first alarm at step {data.evidence_step(e)}")
+        lines.append(
+            f"- {e.get('monitor')}: layer {e.get('layer')}"
+            + ("" if e.get("head") is None else f" head {e.get('head')}")
+            + f", first alarm at step {data.evidence_step(e)}"
+        )
     return "\n".join(lines)

@@ -26,10 +26,12 @@ def run(tmp_path_factory):
 
 
 def test_help_and_version_do_not_import_torch():
-    code = ("import sys\nfrom ckptscan.cli import main\n"
-            "for args in (['--help'], ['--version'], ['analyze', '--help']):\n"
-            "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
-            "print('TORCH', 'torch' in sys.modules)")
+    code = (
+        "import sys\nfrom ckptscan.cli import main\n"
+        "for args in (['--help'], ['--version'], ['analyze', '--help']):\n"
+        "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
+        "print('TORCH', 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Usage: " in out and "TORCH False" in out
 
@@ -39,13 +41,26 @@ def test_progress_lines_without_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     now = [0.0]
     with cli._progress(True, clock=lambda: now[0]) as update:
-        for i, (t, status) in enumerate([(1, "analysed"), (2, "analysed"), (4, "skipped"), (5, "reused"),
-                                         (10, "analysed"), (11, "analysed"), (12, "analysed")]):
+        for i, (t, status) in enumerate(
+            [
+                (1, "analysed"),
+                (2, "analysed"),
+                (4, "skipped"),
+                (5, "reused"),
+                (10, "analysed"),
+                (11, "analysed"),
+                (12, "analysed"),
+            ]
+        ):
             now[0] = t
             update(i, 7, Checkpoint(step=100 * (i + 1), path=None), status)
     lines = capsys.readouterr().err.splitlines()
-    assert [ln.split(" (")[0] for ln in lines] == ["ckptscan: checkpoint 1/7", "ckptscan: checkpoint 3/7",
-                                                   "ckptscan: checkpoint 5/7", "ckptscan: checkpoint 7/7"]
+    assert [ln.split(" (")[0] for ln in lines] == [
+        "ckptscan: checkpoint 1/7",
+        "ckptscan: checkpoint 3/7",
+        "ckptscan: checkpoint 5/7",
+        "ckptscan: checkpoint 7/7",
+    ]
     assert lines[0] == "ckptscan: checkpoint 1/7 (step 100) analysed; 1.0s elapsed, ETA 6.0s"
     assert lines[1].startswith("ckptscan: checkpoint 3/7 (step 300) skipped;")
     assert lines[-1].endswith("12s elapsed, ETA 0.0s")
@@ -70,7 +85,9 @@ def test_analyze_without_a_terminal_prints_progress_and_skips_on_stderr(tmp_path
 
 
 def test_log_option_must_exist_and_may_be_a_folder(run, tmp_path):
-    r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "o"), "--log", str(tmp_path / "nolog")])
+    r = CliRunner().invoke(
+        main, ["analyze", str(run), "-o", str(tmp_path / "o"), "--log", str(tmp_path / "nolog")]
+    )
     assert r.exit_code == 2 and "nolog" in r.stderr and len(r.stderr.splitlines()) == 1
     logs = tmp_path / "tb"
     logs.mkdir()
@@ -124,19 +141,24 @@ def test_a_failed_command_still_writes_its_ci_outputs(tmp_path, monkeypatch):
     assert case.find("error").get("type") == "no-verdict"
     assert case.find("error").get("message") == "no verdict: " + error.removeprefix("ckptscan: ")
     assert md.read_text().startswith("## ckptscan: ⛔ no verdict\n")
-    assert "::error title=ckptscan%3A no verdict::no verdict: error: no checkpoints found" in r.stdout + r.stderr
+    assert (
+        "::error title=ckptscan%3A no verdict::no verdict: error: no checkpoints found" in r.stdout + r.stderr
+    )
 
 
 def test_eval_prints_a_progress_line_per_run(tmp_path):
     runs = tmp_path / "runs"
     for name in ("a", "b"):
         make_run(runs / name, n=3)
-        (runs / name / "truth.json").write_text(json.dumps({"fault": "none", "onset_step": None,
-                                                             "divergence_step": None}))
+        (runs / name / "truth.json").write_text(
+            json.dumps({"fault": "none", "onset_step": None, "divergence_step": None})
+        )
     r = CliRunner().invoke(main, ["eval", str(runs), "-o", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
     assert [ln.split(" (")[0] for ln in r.stderr.splitlines()] == [
-        "ckptscan eval: run 1/2 a: inconclusive", "ckptscan eval: run 2/2 b: inconclusive"]
+        "ckptscan eval: run 1/2 a: inconclusive",
+        "ckptscan eval: run 2/2 b: inconclusive",
+    ]
     assert len(json.loads(r.stdout)["rows"]) == 2  # stdout stays the JSON
 
 
@@ -147,8 +169,11 @@ def test_a_reader_closing_stdout_early_is_not_a_failure_of_the_analysis(tmp_path
 
     out = store(make_result(), tmp_path / "out")
     junit = tmp_path / "j.xml"
-    p = subprocess.Popen([sys.executable, "-m", "ckptscan.cli", "report", str(out), "--junit", str(junit)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ckptscan.cli", "report", str(out), "--junit", str(junit)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()  # the reader is gone before the first line
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141 and "error" not in err, err

@@ -38,8 +38,12 @@ def test_csv_has_a_row_per_step_monitor_layer_and_head(result_dir):
     assert len(rows) == sum(tl.get(n).size for n in tl.names())
     by = {(int(x["step"]), x["monitor"], int(x["layer"]), x["head"]): x["value"] for x in rows}
     d2 = tl.get("attn.D2.entropy2")
-    assert float(by[(int(tl.steps[5]), "attn.D2.entropy2", 1, "2")]) == pytest.approx(float(d2[5, 1, 2]), rel=1e-6)
-    assert by[(int(tl.steps[0]), "attn.D2.entropy2", 0, "0")] == ""  # undefined at the first checkpoint: empty
+    assert float(by[(int(tl.steps[5]), "attn.D2.entropy2", 1, "2")]) == pytest.approx(
+        float(d2[5, 1, 2]), rel=1e-6
+    )
+    assert (
+        by[(int(tl.steps[0]), "attn.D2.entropy2", 0, "0")] == ""
+    )  # undefined at the first checkpoint: empty
     assert by[(int(tl.steps[3]), "router.similarity", 1, "")] != ""  # a per-layer monitor has no head
 
 
@@ -52,8 +56,14 @@ def test_parquet_holds_the_same_table(result_dir):
     t = pq.read_table(result_dir / "m.parquet").to_pydict()
     assert list(t) == ["step", "monitor", "layer", "head", "value"]
     assert len(t["step"]) == sum(tl.get(n).size for n in tl.names())
-    i = next(k for k in range(len(t["step"])) if t["monitor"][k] == "attn.D2.entropy2" and t["step"][k] == tl.steps[5]
-             and t["layer"][k] == 1 and t["head"][k] == 2)
+    i = next(
+        k
+        for k in range(len(t["step"]))
+        if t["monitor"][k] == "attn.D2.entropy2"
+        and t["step"][k] == tl.steps[5]
+        and t["layer"][k] == 1
+        and t["head"][k] == 2
+    )
     assert t["value"][i] == pytest.approx(float(tl.get("attn.D2.entropy2")[5, 1, 2]))
     assert t["value"][t["monitor"].index("attn.D2.entropy2")] is None  # NaN -> null
     assert t["head"][t["monitor"].index("router.similarity")] is None

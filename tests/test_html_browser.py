@@ -77,7 +77,8 @@ class Browser:
         self.viewport(width, height)
 
     def viewport(self, width: int, height: int, mobile: bool = False) -> None:
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=mobile)
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=mobile)
 
     # --- protocol ---------------------------------------------------------------------------
     def _read_message(self, deadline: float) -> dict:
@@ -245,7 +246,8 @@ def fault_result(n=80, layers=3, heads=4) -> Result:
                     "evidence": [{"monitor": "attn.D2.entropy2", "layer": lay, "head": head,
                                   "first_alarm_step": int(steps[n // 2 + 4 + k]), "score": 9.1}
                                  for k, (lay, head) in enumerate([(1, 2), (1, 0), (2, 1), (0, 3), (2, 2)])]
-                    + [{"monitor": "attn.M.entropy2", "layer": 1, "head": 2, "first_alarm_step": first, "score": 4.0}]},
+                    + [{"monitor": "attn.M.entropy2", "layer": 1, "head": 2, "first_alarm_step": first,
+                        "score": 4.0}]},
         "loss": {"divergence_step": int(steps[-6]), "log_only_alarm_step": int(steps[-5]),
                  "curve": {"steps": steps.tolist(), "loss": (3 - np.log(steps / 10) * 0.2).tolist(),
                            "grad_norm": np.geomspace(0.5, 2e4, n).tolist()}},
@@ -283,7 +285,7 @@ def test_report_renders_offline_without_errors(browser, tmp_path):
     assert "layer 1" in before  # opens on the layer the evidence names
     browser.evaluate("""(function(){var s=document.querySelector('select[aria-label=layer]');
         s.value='0'; s.dispatchEvent(new Event('change')); return 1;})()""")
-    browser.wait_for("document.getElementById('head-plot').getAttribute('data-title').indexOf('layer 0') >= 0")
+    browser.wait_for("document.getElementById('head-plot').getAttribute('data-title').includes('layer 0')")
     # every colour bar is titled
     titles = browser.evaluate("[...document.querySelectorAll('.cbtitle')].map(e => e.textContent)")
     assert len(titles) == 4 and all(titles), titles
@@ -326,12 +328,14 @@ def test_phone_layout_is_usable_and_charts_keep_their_text_apart(browser, tmp_pa
         table = browser.evaluate("""(function(){var t=document.querySelector('#verdict table.ev');
             return [t.getBoundingClientRect().right, t.parentNode.getBoundingClientRect().right];})()""")
         assert table[0] <= table[1] <= 390, table  # whole, not cut by its box or the screen
-        widths = browser.evaluate("[...document.querySelectorAll('.js-plotly-plot')].map(p => p.getBoundingClientRect().right)")
+        widths = browser.evaluate(
+            "[...document.querySelectorAll('.js-plotly-plot')].map(p => p.getBoundingClientRect().right)")
         assert len(widths) == 8 and max(widths) <= 390
         assert text_overlaps(browser) == []
         ARTIFACTS.mkdir(exist_ok=True)
         browser.screenshot(ARTIFACTS / "report-390px.png")
-        colours = browser.evaluate("""[...document.querySelectorAll('.js-plotly-plot')].map(p => (p.data || [])
+        colours = browser.evaluate("""[...document.querySelectorAll('.js-plotly-plot')]
+            .map(p => (p.data || [])
             .filter(t => t.name === 'layer 1 head 2').map(t => t.line.color)).flat()""")
         assert len(colours) >= 2 and len(set(colours)) == 1, colours
         assert browser.problems() == []
@@ -345,8 +349,9 @@ def test_overlapping_labels_would_be_caught(browser, tmp_path):
     page.write_text(write_html(fault_result(), tmp_path / "r.html").read_text())
     open_report(browser, page)
     browser.evaluate("""(function(){var d=document.querySelector('.js-plotly-plot');
-        Plotly.relayout(d, {annotations: [{x: 0.5, y: 0.5, xref: 'paper', yref: 'paper', text: 'one', showarrow: false},
-                                          {x: 0.5, y: 0.5, xref: 'paper', yref: 'paper', text: 'two', showarrow: false}]});
+        var at = {x: 0.5, y: 0.5, xref: 'paper', yref: 'paper', showarrow: false};
+        var one = Object.assign({text: 'one'}, at), two = Object.assign({text: 'two'}, at);
+        Plotly.relayout(d, {annotations: [one, two]});
         return 1;})()""")
     assert [o[1:] for o in text_overlaps(browser)] == [["one", "two"]]
 
@@ -370,7 +375,7 @@ def screenshot_fixture_report(png: Path, work: Path) -> list[str]:
     from ckptscan.api import analyze
 
     run = Path(__file__).resolve().parent.parent / "fixtures" / "drills" / "lowprec-moe"
-    res = analyze(Path(os.path.relpath(run)), out_dir=work / "out")  # from the repository: the page shows fixtures/...
+    res = analyze(Path(os.path.relpath(run)), out_dir=work / "out")  # the page shows fixtures/drills/...
     page = write_html(res, work / "report.html")
     b = Browser(work / "profile", width=1280, height=900)
     try:

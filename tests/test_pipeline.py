@@ -148,7 +148,7 @@ def test_unreadable_checkpoint_is_skipped_and_the_rest_analysed(tmp_path):
 def test_cli_errors_are_one_line(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["analyze", str(tmp_path / "missing"), "-o", str(tmp_path / "o")])
-    assert r.exit_code == 2  # a path on the command line that is not there: a usage error, as in every command
+    assert r.exit_code == 2  # a path on the command line that is not there: a usage error, in every command
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "missing" in lines[0] and "Traceback" not in r.output
     r = runner.invoke(main, ["analyze", str(tmp_path), "--steps", "x"])

@@ -261,7 +261,8 @@ def test_run_vs_baseline_view():
     assert first["monitor"] == "attn.D2.entropy2" and [t["layer"] for t in first["traces"]] == [1]
     run_y = data.layer_matrix(res.timeline.get("attn.D2.entropy2"), "down")[1]
     base_y = data.layer_matrix(base.timeline.get("attn.D2.entropy2"), "down")[1]
-    assert first["traces"][0]["run"]["y"].a[-1] == run_y[-1] and first["traces"][0]["base"]["y"].a[-1] == base_y[-1]
+    trace = first["traces"][0]
+    assert trace["run"]["y"].a[-1] == run_y[-1] and trace["base"]["y"].a[-1] == base_y[-1]
 
 
 def test_run_vs_baseline_from_the_judgements_reference_run(tmp_path):
@@ -279,8 +280,8 @@ def test_html_says_how_long_this_invocation_took_and_what_it_reused():
     res = make_result()
     res.summary.update(started_at="2025-01-02T03:04:05Z", elapsed_s=0.84)
     res.summary["checkpoints"]["reused"] = 58
-    assert ("started 2025-01-02T03:04:05Z, 0.8 s in this invocation (58 of 60 checkpoints reused from earlier runs)"
-            in render_html(res))
+    assert ("started 2025-01-02T03:04:05Z, 0.8 s in this invocation "
+            "(58 of 60 checkpoints reused from earlier runs)") in render_html(res)
 
 
 def test_to_json_rounds_and_escapes():
@@ -352,7 +353,8 @@ def test_github_annotations_and_escaping():
     m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[0])
     assert m and _gh_unescape(m.group(1)) == "ckptscan: anomalous"
     assert _gh_unescape(m.group(2)).splitlines()[:2] == [
-        "anomalous: lowprec_attention (confidence 0.90), earliest anomalous step 330; 1 input could not be read",
+        ("anomalous: lowprec_attention (confidence 0.90), earliest anomalous step 330; "
+         "1 input could not be read"),
         "loss diverged at step 560, lead time 230 steps"]
     m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[1])
     assert _gh_unescape(m.group(2)) == "a,b:c%: truncated header"
@@ -408,7 +410,8 @@ def test_schema_is_draft_2020_12_and_accepts_our_summaries():
     (lambda s: s["verdict"]["evidence"][0].update(layer="one"), "$.verdict.evidence[0].layer"),
     (lambda s: s["loss"].update(divergence_step=-3), "minimum"),
     (lambda s: s.update(schema="ckptscan/2"), "$.schema"),
-    (lambda s: s.update(outcome={"state": "fine", "headline": "FINE", "unreadable_inputs": 0}), "$.outcome.state"),
+    (lambda s: s.update(outcome={"state": "fine", "headline": "FINE", "unreadable_inputs": 0}),
+     "$.outcome.state"),
 ])
 def test_schema_rejects_broken_summaries(mutate, expect):
     s = json.loads(make_result().to_json())
@@ -533,7 +536,8 @@ def _states():
     healthy = make_result(anomalous=False)
     unreadable = make_result(anomalous=False, skipped=["checkpoint-7"])
     inconclusive = make_result(anomalous=False)
-    inconclusive.summary["verdict"].update(fault_type="inconclusive", reason="not enough evidence: 2 checkpoints")
+    inconclusive.summary["verdict"].update(fault_type="inconclusive",
+                                           reason="not enough evidence: 2 checkpoints")
     no_verdict = make_result(anomalous=False)
     del no_verdict.summary["verdict"]
     return {"anomalous": anomalous, "healthy": healthy, "healthy, unreadable": unreadable,
@@ -548,8 +552,8 @@ def test_every_output_states_the_same_headline(name):
     terminal = render_terminal(res, quiet=True).strip()
     assert terminal == o.headline == f"{o.state.upper()}: {o.text}"
     page = render_html(res)
-    tag = re.search(r'<div class="verdict (\w+)" data-state="([^"]+)"><span class="tag">([^<]+)</span> ([^<]*)</div>',
-                    page)
+    tag = re.search(r'<div class="verdict (\w+)" data-state="([^"]+)">'
+                    r'<span class="tag">([^<]+)</span> ([^<]*)</div>', page)
     assert tag and tag.group(2) == o.state and f"{tag.group(3)}: {tag.group(4)}" == terminal
     _, cases = _cases(junit_tree(res))
     problem = cases["verdict"].find("failure") if cases["verdict"].find("failure") is not None else \
@@ -561,8 +565,9 @@ def test_every_output_states_the_same_headline(name):
     assert ann.startswith({"anomalous": "::error", "inconclusive": "::warning", "healthy": "::notice",
                            "no verdict": "::error"}[o.state] + f" title=ckptscan%3A {o.state}::")
     md = step_summary_markdown(res).splitlines()
-    assert md[0] == "## ckptscan: " + {"anomalous": "❌", "inconclusive": "⚠️", "no verdict": "⛔",
-                                        "healthy": "⚠️" if o.unreadable_inputs else "✅"}[o.state] + f" {o.state}"
+    mark = {"anomalous": "❌", "inconclusive": "⚠️", "no verdict": "⛔",
+            "healthy": "⚠️" if o.unreadable_inputs else "✅"}[o.state]
+    assert md[0] == f"## ckptscan: {mark} {o.state}"
     assert md[2] == f"**{o.state}: {o.text}**"
     assert res.exit_code("anomaly") == {"anomalous": 1, "inconclusive": 5, "no verdict": 5,
                                         "healthy": 3 if o.unreadable_inputs else 0}[o.state]
@@ -570,7 +575,8 @@ def test_every_output_states_the_same_headline(name):
 
 def test_summary_json_carries_the_outcome(tiny_run, tmp_path):
     _, bad = tiny_run
-    s = json.loads(CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"]).stdout)
+    r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"])
+    s = json.loads(r.stdout)
     assert s["outcome"] == data.outcome(s).as_dict() and s["outcome"]["unreadable_inputs"] == 1
     assert validate(s) == [] and s["started_at"].endswith("Z")
 
@@ -594,7 +600,8 @@ def test_console_never_wider_than_100_columns(monkeypatch, columns, width):
     from ckptscan import cli
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    monkeypatch.setattr(cli.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((columns, 40)))
+    monkeypatch.setattr(cli.shutil, "get_terminal_size",
+                        lambda fallback=None: os.terminal_size((columns, 40)))
     assert cli._console().width == width
     out = render_terminal(make_result(n=300), width=width)
     assert max(len(x) for x in out.splitlines()) <= width
@@ -603,7 +610,8 @@ def test_console_never_wider_than_100_columns(monkeypatch, columns, width):
 def _coloured_rows(res) -> dict[str, list[str]]:
     """Strip rows of the first monitor, each cell as the colour it is drawn in ('' = default)."""
     buf = io.StringIO()
-    print_result(res, Console(file=buf, width=100, force_terminal=True, color_system="standard", highlight=False))
+    console = Console(file=buf, width=100, force_terminal=True, color_system="standard", highlight=False)
+    print_result(res, console)
     rows, colour = {}, ""
     for line in buf.getvalue().splitlines():
         plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
@@ -628,10 +636,12 @@ def test_strip_red_from_each_layers_own_first_alarm():
                                            "first_alarm_step": 500, "score": 9.0}]
     res.summary["alarms"] = [{"monitor": "attn.D2.entropy2", "first_alarm_step": 300, "layers": [0, 1]}]
     rows = _coloured_rows(res)
-    assert rows["L0"].index("red") == 29 and rows["L1"].index("red") == 49  # steps 10, 20, ...: 300 is column 29
+    # steps 10, 20, ...: step 300 is column 29
+    assert rows["L0"].index("red") == 29 and rows["L1"].index("red") == 49
     assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300, 1: 500}
     res.summary["verdict"]["evidence"] = res.summary["verdict"]["evidence"][:1]
-    assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300}  # layer 1's own step unknown
+    # layer 1's own step is not known any more: not coloured
+    assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300}
     res.summary["alarms"][0]["first_alarm_by_layer"] = {"0": 300, "1": 450}
     assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300, 1: 450}
 
@@ -642,9 +652,10 @@ def test_strip_legend_names_the_colours_and_every_marker():
     out = render_terminal(make_result(n=300))
     assert "red: from the layer's first alarm on, yellow: >= 5 before it" in " ".join(out.split())
     xs = np.array([0, 100, 200, 300])
-    assert marker_rows(xs, 399, {"earliest_step": 110, "divergence_step": 350, "log_only_alarm_step": 150}) == [
-        " ^ D", " L"]  # L shares ^'s column: a row of its own, not hidden
-    assert marker_rows(xs, 399, {"earliest_step": None, "divergence_step": 999, "log_only_alarm_step": None}) == []
+    marks = {"earliest_step": 110, "divergence_step": 350, "log_only_alarm_step": 150}
+    assert marker_rows(xs, 399, marks) == [" ^ D", " L"]  # L shares ^'s column: a row of its own, not hidden
+    assert marker_rows(xs, 399, {**marks, "earliest_step": None, "divergence_step": 999,
+                                 "log_only_alarm_step": None}) == []
     res = make_result(n=300)
     res.summary["loss"]["log_only_alarm_step"] = res.summary["verdict"]["earliest_step"] + 1
     lines = render_terminal(res).splitlines()

@@ -54,7 +54,8 @@ def _timing(summary: dict) -> str:
     if m["divergence_step"] is None:
         return ""
     lead = summary.get("lead_time_steps")
-    return f"loss diverged at step {m['divergence_step']}" + (f", lead time {lead} steps" if lead is not None else "")
+    text = f"loss diverged at step {m['divergence_step']}"
+    return text if lead is None else f"{text}, lead time {lead} steps"
 
 
 def run_id(run: str) -> str:
@@ -287,5 +288,6 @@ def no_verdict_outputs(message: str, *, run: str, junit_file=None) -> list[str]:
         line = f"{o.state}: {o.text}"
         md = "\n".join([f"## ckptscan: {step_summary_icon(o)} {o.state}", "", f"**{_md(line)}**", "",
                         "| | |", "|---|---|", f"| run | `{_md(run)}` |", "", ""])
-        problems += _github([_command(ANNOTATION_KIND[o.state], f"ckptscan: {o.state}", line)], md, sys.stderr)
+        annotation = _command(ANNOTATION_KIND[o.state], f"ckptscan: {o.state}", line)
+        problems += _github([annotation], md, sys.stderr)
     return problems

@@ -109,7 +109,8 @@ def outcome(summary: dict) -> Outcome:
         if v["anomalous"]:
             conf = v["confidence"]
             conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
-            state, text = ANOMALOUS, f"{v['fault_type']}{conf_s}, earliest anomalous step {_step(v['earliest_step'])}"
+            state = ANOMALOUS
+            text = f"{v['fault_type']}{conf_s}, earliest anomalous step {_step(v['earliest_step'])}"
         elif v["fault_type"] == INCONCLUSIVE:
             state, text = INCONCLUSIVE, str(v.get("reason") or "not enough evidence for a verdict")
         else:

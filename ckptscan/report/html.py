@@ -86,8 +86,11 @@ def to_json(obj) -> str:
         raise TypeError(type(o))
 
     text = json.dumps(obj, default=default, allow_nan=False, separators=(",", ":"))
-    text = re.sub(r'"\\u0000ARR(\d+)\\u0000"', lambda m: _fmt_array(arrays[int(m.group(1))].a, arrays[int(m.group(1))].digits),
-                  text)
+    def fmt(m):
+        arr = arrays[int(m.group(1))]
+        return _fmt_array(arr.a, arr.digits)
+
+    text = re.sub(r'"\\u0000ARR(\d+)\\u0000"', fmt, text)
     # "</script>" or "<!--" inside a string must not end the element early
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
@@ -105,7 +108,8 @@ def build_payload(result, baseline=None) -> dict:
     steps = np.asarray(tl.steps) if tl is not None else np.zeros(0, np.int64)
     names = tl.names() if tl is not None else []
     marks = data.markers(s)
-    payload: dict = {"markers": marks, "timelines": [], "families": [], "heads": [], "loss": None, "baseline": None}
+    payload: dict = {"markers": marks, "timelines": [], "families": [], "heads": [], "loss": None,
+                     "baseline": None}
 
     curve = data.loss_curve(s)
     if curve is not None:
@@ -146,7 +150,8 @@ def build_payload(result, baseline=None) -> dict:
         })
 
     for fam, members in data.families(names).items():
-        payload["families"].append({"family": fam, "monitors": [_heatmap(s, tl, name, steps) for name in members]})
+        payload["families"].append({"family": fam,
+                                    "monitors": [_heatmap(s, tl, name, steps) for name in members]})
 
     drill = [n for n in data.leading_monitors(s, names, k=len(names))
              if data.monitor_info(n).family in ("attention", "act_attention") and tl.get(n).shape[2] > 1]
@@ -230,15 +235,17 @@ def _baseline_view(s: dict, tl, baseline) -> dict | None:
         info = data.monitor_info(name)
         mat = data.layer_matrix(tl.get(name), info.direction)
         bmat = data.layer_matrix(base.get(name), info.direction)
-        layers = sorted({a["layer"] for a in data.alarm_steps(s, name) if a["layer"] < min(len(mat), len(bmat))})
+        both = min(len(mat), len(bmat))
+        layers = sorted({a["layer"] for a in data.alarm_steps(s, name) if a["layer"] < both})
         if not layers:
-            moved = data.deviation(mat, info.direction).max(axis=1)
-            layers = sorted(int(i) for i in np.argsort(-moved, kind="stable")[:BASELINE_LAYERS] if i < len(bmat))
+            moved = data.deviation(mat[:both], info.direction).max(axis=1)
+            layers = sorted(int(i) for i in np.argsort(-moved, kind="stable")[:BASELINE_LAYERS])
         traces = []
         for layer in layers[:BASELINE_LAYERS]:
             x, y = data.downsample_xy(steps, mat[layer], MAX_SERIES_POINTS)
             bx, by = data.downsample_xy(bsteps, bmat[layer], MAX_SERIES_POINTS)
-            traces.append({"layer": layer, "run": {"x": _Arr(x), "y": _Arr(y)}, "base": {"x": _Arr(bx), "y": _Arr(by)}})
+            traces.append({"layer": layer, "run": {"x": _Arr(x), "y": _Arr(y)},
+                           "base": {"x": _Arr(bx), "y": _Arr(by)}})
         monitors.append({"monitor": name, "reduce": _reduce_label(info), "direction": info.direction,
                          "traces": traces})
     return {"label": label, "monitors": monitors} if monitors else None
@@ -264,8 +271,8 @@ def _verdict_html(s: dict) -> str:
     v = data.verdict(s)
     m = data.markers(s)
     o = data.outcome(s)
-    head = (f'<div class="verdict {STATE_CLASS[o.state]}" data-state="{_e(o.state)}"><span class="tag">{_e(o.label)}</span> '
-            f'{_e(o.text)}</div>')
+    head = (f'<div class="verdict {STATE_CLASS[o.state]}" data-state="{_e(o.state)}">'
+            f'<span class="tag">{_e(o.label)}</span> {_e(o.text)}</div>')
     facts = [
         ("loss divergence step", m["divergence_step"]),
         ("lead time over the loss (steps)", s.get("lead_time_steps")),
@@ -321,8 +328,8 @@ def _inputs_html(result) -> str:
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     sk = "".join(f"<tr><td>{_e(x.get('path'))}</td><td>{_e(x.get('reason'))}</td>"
                  f"<td>{'error' if x.get('error', True) else 'expected'}</td></tr>" for x in skipped[:500])
-    sk_html = (f"<h3>skipped inputs</h3><div class='scroll'><table class='ev'><thead><tr><th>path</th><th>reason</th>"
-               f"<th>kind</th></tr></thead><tbody>{sk}</tbody></table></div>") if sk else ""
+    sk_html = (f"<h3>skipped inputs</h3><div class='scroll'><table class='ev'><thead><tr><th>path</th>"
+               f"<th>reason</th><th>kind</th></tr></thead><tbody>{sk}</tbody></table></div>") if sk else ""
     notes = lay.get("notes") or []
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     notes_html = f"<h3>layout notes</h3><ul>{notes_html}</ul>" if notes_html else ""
@@ -336,7 +343,8 @@ def _timing(s: dict) -> str:
     started = f"started {s['started_at']}, " if s.get("started_at") else ""
     elapsed = s.get("elapsed_s")
     took = f"{elapsed:.1f} s in this invocation" if isinstance(elapsed, (int, float)) else "time not recorded"
-    return f"{started}{took} ({ck.get('reused', 0)} of {ck.get('analyzed', 0)} checkpoints reused from earlier runs)"
+    reused = f"{ck.get('reused', 0)} of {ck.get('analyzed', 0)} checkpoints reused from earlier runs"
+    return f"{started}{took} ({reused})"
 
 
 def _plotly_version() -> str:

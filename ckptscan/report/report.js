@@ -50,9 +50,9 @@
       shapes.push({type: "line", xref: "x", yref: "paper", x0: s, x1: s, y0: 0, y1: 1,
                    line: {color: m[2], width: 1.5, dash: m[3]}});
       var right = xr && s > xr[0] + (xr[1] - xr[0]) * 0.66;
-      annotations.push({xref: "x", yref: "paper", x: s, y: m[4], yanchor: "top", xanchor: right ? "right" : "left",
-                        bgcolor: "rgba(255,255,255,0.8)", text: m[1] + " " + s,
-                        showarrow: false, font: {size: 10, color: m[2]}});
+      annotations.push({xref: "x", yref: "paper", x: s, y: m[4], yanchor: "top",
+                        xanchor: right ? "right" : "left", bgcolor: "rgba(255,255,255,0.8)",
+                        text: m[1] + " " + s, showarrow: false, font: {size: 10, color: m[2]}});
     });
     return {shapes: shapes, annotations: annotations};
   }
@@ -61,7 +61,8 @@
     var mk = markerShapes(xr);
     return {
       margin: {l: PHONE ? 48 : 64, r: PHONE ? 8 : 20, t: PHONE ? 10 : 30, b: 40}, hovermode: "closest",
-      xaxis: {title: {text: "step"}, zeroline: false}, yaxis: {title: {text: ytitle || ""}, zeroline: false, automargin: true},
+      xaxis: {title: {text: "step"}, zeroline: false},
+      yaxis: {title: {text: ytitle || ""}, zeroline: false, automargin: true},
       shapes: mk.shapes, annotations: mk.annotations,
       legend: {orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom", font: {size: 10}},
       paper_bgcolor: "#fff", plot_bgcolor: "#fff", font: {family: "system-ui, sans-serif"}
@@ -107,7 +108,8 @@
       return;
     }
     var lt = [{type: "scatter", mode: "lines", name: "loss", x: D.loss.x, y: D.loss.loss,
-               line: {color: "#2c3e50", width: 1.2}, hovertemplate: "step %{x}<br>loss %{y:.4g}<extra></extra>"}];
+               line: {color: "#2c3e50", width: 1.2},
+               hovertemplate: "step %{x}<br>loss %{y:.4g}<extra></extra>"}];
     var ll = baseLayout("loss", range(D.loss.x));
     if (D.loss.grad_norm) {
       lt.push({type: "scatter", mode: "lines", name: "grad norm (right axis, log)", x: D.loss.grad_norm.x,
@@ -138,8 +140,9 @@
     var xr = range(t.traces.length ? t.traces[0].x : []);
     var traces = t.traces.map(function (tr) {
       var name = "layer " + tr.layer + (tr.head === null ? "" : " head " + tr.head);
+      var color = tr.head === null ? layerColor(tr.layer) : headColor(tr.layer, tr.head);
       return {type: "scatter", mode: "lines", name: name, x: tr.x, y: tr.y,
-              line: {width: tr.emph ? 2.5 : 1, color: tr.head === null ? layerColor(tr.layer) : headColor(tr.layer, tr.head)},
+              line: {width: tr.emph ? 2.5 : 1, color: color},
               opacity: tr.emph ? 1 : 0.6, hovertemplate: name + "<br>step %{x}<br>%{y:.4g}<extra></extra>"};
     });
     var layout = baseLayout(t.monitor, xr);
@@ -154,13 +157,14 @@
                                xanchor: right ? "right" : "left", showarrow: false, text: a.text,
                                bgcolor: "rgba(255,255,255,0.8)", font: {size: 10, color: "#c0392b"}});
     });
-    plot(tdiv, t.monitor + " (" + t.reduce + ")", t.description + " (anomalous direction: " + t.direction + ")",
-         traces, layout);
+    plot(tdiv, t.monitor + " (" + t.reduce + ")",
+         t.description + " (anomalous direction: " + t.direction + ")", traces, layout);
   }
 
   // colour by value: linear, or log10 with ticks at the decades (hover shows the value itself)
   function valueTrace(z, scale, title) {
-    var tr = {colorscale: "Viridis", customdata: z, colorbar: {thickness: 12, title: {text: title, side: "right"}}};
+    var tr = {colorscale: "Viridis", customdata: z,
+              colorbar: {thickness: 12, title: {text: title, side: "right"}}};
     if (scale.type === "log") {
       var lo = Math.log10(scale.min), hi = Math.log10(scale.max), ticks = [];
       for (var k = Math.ceil(lo); k <= Math.floor(hi); k++) ticks.push(k);
@@ -168,7 +172,7 @@
       tr.zmin = lo;
       tr.zmax = hi;
       tr.colorbar.tickvals = ticks;
-      tr.colorbar.ticktext = ticks.map(function (k) { return Number(Math.pow(10, k).toPrecision(1)).toExponential(0); });
+      tr.colorbar.ticktext = ticks.map(function (k) { return Math.pow(10, k).toExponential(0); });
       tr.colorbar.title.text = title + " (log)";
     } else {
       tr.z = z;
@@ -183,8 +187,8 @@
     var layout = baseLayout(ylabel, xr);
     layout.yaxis.tickmode = tr.z.length <= 40 ? "linear" : "auto";
     layout.yaxis.autorange = "reversed";
-    var trace = Object.assign({type: "heatmap", x: x, y: y, hoverongaps: false,
-                               hovertemplate: "step %{x}<br>" + ylabel + " %{y}<br>%{customdata:.4g}<extra></extra>"}, tr);
+    var hover = "step %{x}<br>" + ylabel + " %{y}<br>%{customdata:.4g}<extra></extra>";
+    var trace = Object.assign({type: "heatmap", x: x, y: y, hoverongaps: false, hovertemplate: hover}, tr);
     return Plotly.react(div, [trace], layout, CONFIG).then(declutter);
   }
 
@@ -192,9 +196,10 @@
   var DEPARTURE_MAX = 7;
   function departureTrace(m) {
     var ticks = [0, 1, 2, 3, 4, 5, 6, 7];
-    return {z: m.dev, customdata: m.dev, zmin: 0, zmax: DEPARTURE_MAX, colorscale: "YlOrRd", reversescale: true,
-            colorbar: {thickness: 12, title: {text: m.dev_label, side: "right"}, tickvals: ticks,
-                       ticktext: ticks.map(function (t) { return t === DEPARTURE_MAX ? "\u2265" + t : String(t); })}};
+    var text = ticks.map(function (t) { return t === DEPARTURE_MAX ? "\u2265" + t : String(t); });
+    return {z: m.dev, customdata: m.dev, zmin: 0, zmax: DEPARTURE_MAX, colorscale: "YlOrRd",
+            reversescale: true, colorbar: {thickness: 12, title: {text: m.dev_label, side: "right"},
+                                           tickvals: ticks, ticktext: text}};
   }
 
   function drawFamilies(hdiv) {
@@ -214,7 +219,8 @@
         var m = f.monitors[+sel.value];
         var xr = range(m.x);
         desc.textContent = m.description + " (" + m.reduce + "; anomalous direction: " + m.direction + ")";
-        title.textContent = f.family + ": " + m.monitor + (view.value === "dev" ? " (" + m.dev_label + ")" : "");
+        var dev = view.value === "dev";
+        title.textContent = f.family + ": " + m.monitor + (dev ? " (" + m.dev_label + ")" : "");
         return heatmap(d, m.x, view.value === "dev" ? departureTrace(m) : valueTrace(m.z, m.scale, m.monitor),
                        "layer", xr);
       };
@@ -254,7 +260,8 @@
     msel.addEventListener("change", function () { fillLayers(); draw(); });
     lsel.addEventListener("change", draw);
     fillLayers();
-    var firstEv = (D.timelines.length && D.timelines[0].alarms.length) ? D.timelines[0].alarms[0].layer : null;
+    var first = D.timelines.length ? D.timelines[0].alarms : [];
+    var firstEv = first.length ? first[0].layer : null;
     if (firstEv !== null && firstEv < D.heads[0].layers.length) lsel.value = String(firstEv);
     pending.push(draw());
   }
@@ -264,8 +271,8 @@
     var sec = document.getElementById("baseline");
     sec.hidden = false;
     document.getElementById("baseline-desc").textContent = "Solid: this run; dotted: the baseline (" +
-      D.baseline.label + "), the same layer in the same colour, for the layers the evidence names (else the ones " +
-      "that moved most).";
+      D.baseline.label + "), the same layer in the same colour, for the layers the evidence names " +
+      "(else the ones that moved most).";
     var bdiv = document.getElementById("baseline-plots");
     D.baseline.monitors.forEach(function (m) {
       var traces = [], xs = [];
@@ -273,10 +280,11 @@
         xs = xs.concat(t.run.x, t.base.x);
         traces.push({type: "scatter", mode: "lines", name: "layer " + t.layer, x: t.run.x, y: t.run.y,
                      line: {color: layerColor(t.layer), width: 2}});
-        traces.push({type: "scatter", mode: "lines", name: "layer " + t.layer + " (baseline)", x: t.base.x, y: t.base.y,
-                     line: {color: layerColor(t.layer), width: 1.5, dash: "dot"}});
+        traces.push({type: "scatter", mode: "lines", name: "layer " + t.layer + " (baseline)", x: t.base.x,
+                     y: t.base.y, line: {color: layerColor(t.layer), width: 1.5, dash: "dot"}});
       });
-      plot(bdiv, m.monitor + " (" + m.reduce + "): this run vs the baseline", "", traces, baseLayout(m.monitor, range(xs)));
+      plot(bdiv, m.monitor + " (" + m.reduce + "): this run vs the baseline", "", traces,
+           baseLayout(m.monitor, range(xs)));
     });
   }
 
@@ -305,7 +313,8 @@
   }
 
   if (typeof DecompressionStream === "undefined") {
-    el("p", {"class": "muted", text: "This browser cannot unpack the charts (they need DecompressionStream: " +
+    el("p", {"class": "muted", text: "This browser cannot unpack the charts (they need " +
+      "DecompressionStream: " +
       "Chrome or Edge 80+, Firefox 113+, Safari 16.4+). The verdict, the evidence and the inputs above and " +
       "below are complete."}, document.getElementById("timeline-plots"));
     document.body.setAttribute("data-rendered", "no-charts");

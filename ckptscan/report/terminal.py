@@ -129,8 +129,8 @@ def _heat_strips(result, console) -> None:
         return
     console.print(Text(f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
                        f"early baseline in the anomalous direction (trending series: the detector's score "
-                       f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red: from the layer's "
-                       f"first alarm on, yellow: >= {WARN_LEVEL} before it", style="dim"))
+                       f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red: from the "
+                       f"layer's first alarm on, yellow: >= {WARN_LEVEL} before it", style="dim"))
     xs = steps
     shown: set[str] = set()
     for name in leading:
@@ -165,7 +165,8 @@ def _heat_strips(result, console) -> None:
             console.print(Text(" " * label_w + mrow, style="bold"))
             shown.update(c for c in mrow if c != " ")
     cols_note = "" if len(xs) == len(steps) else f", {len(xs)} columns"
-    console.print(Text(f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note})", style="dim"))
+    console.print(Text(f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note})",
+                       style="dim"))
     legend = [f"{ch} {what} {marks[key]}" for key, ch, what in MARKERS if ch in shown]
     if legend:
         console.print(Text(f"{'':{label_w}}" + ", ".join(legend), style="dim"))
@@ -177,7 +178,8 @@ def _bin_end(xs: np.ndarray, j: int, steps: np.ndarray) -> int:
 
 
 # drawn in this order; a column that already holds a marker pushes the next one a row down
-MARKERS = (("earliest_step", "^", "earliest anomaly at step"), ("divergence_step", "D", "loss divergence at step"),
+MARKERS = (("earliest_step", "^", "earliest anomaly at step"),
+           ("divergence_step", "D", "loss divergence at step"),
            ("log_only_alarm_step", "L", "log-only alarm at step"))
 
 
