@@ -158,7 +158,6 @@ def analyze(
     findings = [f for r in results for f in r.findings]
     meta = {"run": str(run_dir), "layout": layout_desc}
     timeline = assemble([r.step for r in results], [r.values for r in results], meta)
-    timeline.save(out / "timeline.h5")
 
     from ckptscan.verdict import judge
 
@@ -167,6 +166,7 @@ def analyze(
         "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
         "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads, "kv_heads": kv_heads,
     }, checkpoint_steps=found.all_steps)
+    timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
         first = skipped_run[0] if skipped_run else skipped[0]
         judgement["verdict"].update(fault_type="inconclusive", confidence=0.0, reason=(

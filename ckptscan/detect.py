@@ -535,6 +535,7 @@ class Detection:
     block: int = 1  # checkpoints per scored point (``block_size``); alarm indices count points
     points: int = 0  # scored points (blocks) at which at least one series was scored
     point_steps: np.ndarray | None = None  # the step each point is labelled with (``coarsen``)
+    scores: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # series -> [N, L] (``_layer_scores``)
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -636,7 +637,20 @@ def run_detection(timeline, params: Params = Params(), reference=None,
                             c.det.mode))
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
-    return Detection(alarms, np.minimum(starts * k, len(fine_steps)), examined[block], k, int(examined.sum()), steps)
+    return Detection(alarms, np.minimum(starts * k, len(fine_steps)), examined[block], k, int(examined.sum()), steps,
+                     {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()})
+
+
+def _layer_scores(cols: list[_Column], n: int) -> dict[str, np.ndarray]:
+    """Series -> [points, L]: the largest score any of a layer's columns got at each point (NaN
+    where none was scored): the numbers the alarms were raised on, for the reports."""
+    out: dict[str, np.ndarray] = {}
+    for c in cols:
+        a = out.setdefault(c.name, np.full((n, 0), np.nan))
+        if a.shape[1] <= c.layer:
+            a = out[c.name] = np.concatenate([a, np.full((n, c.layer + 1 - a.shape[1]), np.nan)], axis=1)
+        a[:, c.layer] = np.fmax(a[:, c.layer], c.sc.z)
+    return out
 
 
 def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTORS) -> Detector | None:
@@ -692,9 +706,12 @@ def first_alarms_by_monitor(alarms: list[Alarm]) -> list[dict]:
         d = out.get(a.block)
         if d is None:
             out[a.block] = {"monitor": a.block, "role": a.role, "first_alarm_step": a.first_step,
-                            "layers": sorted({a.layer}), "columns_alarming": 1, "max_score": round(a.score, 3)}
+                            "layers": sorted({a.layer}), "columns_alarming": 1, "max_score": round(a.score, 3),
+                            "first_alarm_by_layer": {str(a.layer): a.first_step}}
         else:
             d["columns_alarming"] += 1
             d["layers"] = sorted(set(d["layers"]) | {a.layer})
             d["max_score"] = round(max(d["max_score"], a.score), 3)
+            by = d["first_alarm_by_layer"]
+            by[str(a.layer)] = min(by.get(str(a.layer), a.first_step), a.first_step)
     return sorted(out.values(), key=lambda d: d["first_alarm_step"])

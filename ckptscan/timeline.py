@@ -5,7 +5,8 @@ Layout of an output folder (never inside the run directory):
     <out>/parts/step_<step>.npz     one per analysed checkpoint, written atomically (tmp + rename);
                                     holds every monitor's [layers, K] array and the checkpoint's
                                     identity, so a re-run reuses it if the checkpoint is unchanged
-    <out>/timeline.h5               all parts assembled: /steps [N], /monitors/<name> [N, L, K]
+    <out>/timeline.h5               all parts assembled: /steps [N], /monitors/<name> [N, L, K], and
+                                    /scores/<name> [N, L]: the score the detector gave each layer
     <out>/summary.json              the verdict and everything scripts read (schema ckptscan/1)
 
 ``Timeline`` is the in-memory, read-only view that detection and reports use: ``steps`` and
@@ -32,6 +33,7 @@ class Timeline:
     steps: np.ndarray  # int64 [N], ascending
     series: dict[str, np.ndarray]  # name -> float32 [N, L, K]
     meta: dict = field(default_factory=dict)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # name -> float32 [N, L]: the detector's scores
 
     def names(self) -> list[str]:
         return sorted(self.series)
@@ -69,6 +71,10 @@ class Timeline:
                 g = f.create_group("monitors")
                 for name, arr in self.series.items():
                     g.create_dataset(name, data=arr, compression="gzip", compression_opts=4, shuffle=True)
+                sg = f.create_group("scores")
+                for name, arr in self.scores.items():
+                    sg.create_dataset(name, data=np.asarray(arr, dtype=np.float32), compression="gzip",
+                                      compression_opts=4, shuffle=True)
 
         atomic_write(path, writer=write)
 
@@ -82,7 +88,8 @@ class Timeline:
             meta = json.loads(f.attrs.get("meta", "{}"))
             steps = f["steps"][()]
             series = {name: ds[()] for name, ds in f["monitors"].items()}
-        return cls(steps, series, meta)
+            scores = {name: ds[()] for name, ds in f["scores"].items()} if "scores" in f else {}
+        return cls(steps, series, meta, scores)
 
 
 def atomic_write(path: Path, data: bytes | str | None = None, writer=None) -> None:

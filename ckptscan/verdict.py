@@ -31,7 +31,7 @@ def _reference_timeline(baseline, analyze_kwargs: dict | None):
     base = Path(baseline)
     name = base.resolve().name
     if out is not None:
-        cache = Path(out).parent / f"{Path(out).name}.baseline-{name}"
+        cache = Path(out) / "baseline" / name
     else:
         cache = Path.cwd() / "ckptscan-out" / "baselines" / name
     res = analyze(base, out_dir=cache, **{k: v for k, v in kw.items() if v is not None or k == "steps"})
@@ -56,7 +56,8 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
     """``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
     against the log's steps; when they cannot be aligned the lead time is not reported.
     ``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
-    ``logs.summarize`` result already at hand (it is read from the run otherwise)."""
+    ``logs.summarize`` result already at hand (it is read from the run otherwise).  Sets
+    ``timeline.scores`` to the detector scores the alarms were raised on (stored with it)."""
     params = params if params is not None else detect.Params()
     loss = loss if loss is not None else logs.summarize(run_dir, log_file)
     log = dict(loss["log"])
@@ -72,6 +73,7 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
         reference, ref_out = _reference_timeline(baseline, analyze_kwargs)
     detection = detect.run_detection(timeline, params, reference=reference)
     alarms = detection.alarms
+    timeline.scores = detection.scores  # what the alarms were raised on, stored beside the monitors
     coverage = detect.examination(detection, timeline.steps, params)
     overflow = [f for f in findings if f.get("kind") == "overflow"]
     # alarms triggered after the point that holds the divergence do not decide the class

@@ -280,3 +280,34 @@ def test_cli_bounds_heap_growth_unless_the_user_chose(monkeypatch):
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         pytest.skip("glibc-only setting")
     assert bound_heap_growth() is True
+
+
+FIXTURE_DRILLS = os.path.join(os.path.dirname(__file__), "..", "fixtures", "drills")
+
+
+@pytest.mark.skipif(not os.path.isdir(FIXTURE_DRILLS), reason="no drill fixtures")
+def test_the_scores_alarms_were_raised_on_are_stored_and_the_baseline_stays_inside_out(tmp_path):
+    """timeline.h5 keeps the detector's scores per layer (the reports draw those, not a
+    recomputation), summary.json each alarm's first step per layer, and a reference run's analysis
+    is cached inside -o."""
+    from ckptscan import detect
+    from ckptscan.api import load_result
+    from ckptscan.report import data
+
+    run = os.path.join(FIXTURE_DRILLS, "lowprec-moe")
+    analyze(run, out_dir=tmp_path / "a", device="cpu", replay=False)
+    stored = load_result(tmp_path / "a")
+    fresh = detect.run_detection(stored.timeline).scores
+    assert set(stored.timeline.scores) == set(fresh) >= {"attn.D2.entropy2", "attn.q.update_ratio"}
+    for name, sc in stored.timeline.scores.items():
+        assert sc.shape == stored.timeline.get(name).shape[:2]
+        np.testing.assert_allclose(sc, fresh[name], rtol=1e-6)
+    np.testing.assert_allclose(data.detector_scores(stored.summary, stored.timeline, "attn.q.update_ratio"),
+                               stored.timeline.scores["attn.q.update_ratio"].T)
+    for a in stored.summary["alarms"]:
+        assert min(a["first_alarm_by_layer"].values()) == a["first_alarm_step"]
+        assert sorted(int(k) for k in a["first_alarm_by_layer"]) == a["layers"]
+    analyze(run, out_dir=tmp_path / "b", device="cpu", replay=False,
+            baseline=os.path.join(FIXTURE_DRILLS, "healthy-moe"))
+    assert (tmp_path / "b" / "baseline" / "healthy-moe" / "summary.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

@@ -300,13 +300,17 @@ def detector_scores(summary: dict, timeline, name: str) -> np.ndarray | None:
     from an early baseline says nothing; their detector scores the change against the run's own
     recent behaviour.  Level series (entropies) keep the display deviation from the early level,
     which stays visible after a collapse (the detector's rolling baseline re-bases after a window
-    of refused values).  None too when the run was judged against a reference run (not at hand)."""
+    of refused values).  The scores the judgement stored with the timeline; for a result stored
+    before it kept them, recomputed (None when it was judged against a reference run, not at hand)."""
     from ckptscan import detect
 
-    if (summary.get("detection") or {}).get("baseline") == "reference-run":
-        return None
     det = detect.detector_for(timeline, name)
     if det is None or det.mode != "rate":
+        return None
+    stored = getattr(timeline, "scores", {}).get(name)
+    if stored is not None:
+        return np.asarray(stored, dtype=np.float64).T.copy()
+    if (summary.get("detection") or {}).get("baseline") == "reference-run":
         return None
     sc = detect.layer_scores(timeline, name)
     return None if sc is None else sc.T.copy()
