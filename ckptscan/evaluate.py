@@ -152,12 +152,25 @@ def specific_log_alarm(row: dict, log_steps: list[int], twin_steps: list[list[in
     return row
 
 
-def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, **analyze_kwargs) -> list[dict]:
+def rejudge(run: Path, out_dir: Path, params) -> dict:
+    """A stored result's summary with its judgement made again under detection ``params``
+    (``detect.Params``) from the stored timeline: nothing is recomputed from the checkpoints."""
+    from ckptscan.api import load_result
+    from ckptscan.verdict import judge
+
+    res = load_result(out_dir)
+    found = res.summary.get("findings") or []
+    return {**res.summary, **judge(run, res.timeline, found, params=params)}
+
+
+def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, **analyze_kwargs) -> list[dict]:
     """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
 
     Fault-free runs (healthy or benign) under ``runs_dir`` and ``twins_dir`` serve as twins for
     the log-only detector's specific lead (``specific_log_alarm``); their logs are read, not analysed.
-    ``on_run(i, total, row, seconds)`` is called after each run (progress)."""
+    ``on_run(i, total, row, seconds)`` is called after each run (progress).  With ``params``
+    (``detect.Params``), runs already analysed under ``out_root`` are judged again with them
+    (``rejudge``) instead of with the defaults."""
     from ckptscan import logs
     from ckptscan.api import analyze
 
@@ -173,15 +186,17 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, **analyze_kwa
         t0 = time.monotonic()
         truth = json.loads((run / "truth.json").read_text())
         try:
-            res = analyze(run, out_dir=root / run.name, **analyze_kwargs)
+            summary = analyze(run, out_dir=root / run.name, **analyze_kwargs).summary
+            if params is not None:
+                summary = rejudge(run, root / run.name, params)
         except CkptscanError as e:  # one run that cannot be analysed is a row, not the end of the evaluation
             rows.append({"run": run.name, "truth": truth_class(truth), "verdict": "error", "error": str(e),
                          "class_right": False, "false_alarm": False, "detected": False if not is_fault_free(truth)
                          else None, "divergence": truth.get("divergence_step"), "onset": truth.get("onset_step")})
         else:
-            row = score_run(truth, res.summary)
+            row = score_run(truth, summary)
             row["run"] = run.name
-            steps = res.summary["loss"].get("log_only_alarm_steps") or []
+            steps = summary["loss"].get("log_only_alarm_steps") or []
             rows.append(specific_log_alarm(row, steps, twins.get(recipe_key(truth), [])))
         if on_run is not None:  # an error row too
             on_run(i, len(runs), rows[-1], time.monotonic() - t0)

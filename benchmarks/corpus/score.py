@@ -3,6 +3,7 @@
     python benchmarks/corpus/score.py --runs /work/corpus/calibration --out /work/corpus-ana/calibration
     python benchmarks/corpus/score.py --runs /work/corpus/reported --out /work/corpus-ana/reported --jobs 2
     python benchmarks/corpus/score.py --runs /work/corpus/calibration /work/drillsets/*/runs --confidence
+    python benchmarks/corpus/score.py --runs /work/corpus/calibration --out DIR --set block=0   # other rules
 
 Each run folder (with a truth.json) is analysed like any run (``ckptscan.api.analyze``, results
 cached under ``--out/<run>``: a re-run only re-judges), then scored with ``ckptscan.evaluate``.
@@ -10,7 +11,10 @@ Prints the totals, the breakdown per recipe dimension (``breakdown.py``), the le
 log-only rule per fault class, and the confidence check: per decision path, how many verdicts had
 the right class, and how often verdicts with confidence >= 0.9 were right.  ``--confidence``
 prints the table in the form ``ckptscan.classify.CONFIDENCE`` takes (only for calibration runs:
-the confidence is set there, then checked on the reported part).  Rows go to ``--out/eval.json``.
+the confidence is set there, then checked on the reported part).  ``--set NAME=VALUE`` (any
+``ckptscan.detect.Params`` field, repeatable) judges the stored timelines again under other
+detection parameters: how the documented choices were compared.  Rows go to ``--out/eval.json``
+(``eval-<settings>.json`` with ``--set``).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _analyze(args: tuple[str, str]) -> str:
         return f"error: {e}"
 
 
-def rows_for(runs_dirs: list[Path], out: Path, jobs: int) -> list[tuple[dict, dict]]:
+def rows_for(runs_dirs: list[Path], out: Path, jobs: int, params=None) -> list[tuple[dict, dict]]:
     from ckptscan import evaluate
 
     runs = [r for d in runs_dirs for r in evaluate.find_runs(d)]
@@ -58,9 +62,24 @@ def rows_for(runs_dirs: list[Path], out: Path, jobs: int) -> list[tuple[dict, di
                 print(f"{run.name}: {status}", file=sys.stderr)
     pairs = []
     for d in runs_dirs:
-        for row in evaluate.evaluate(d, out_root=out, device="cpu", replay=False):
+        for row in evaluate.evaluate(d, out_root=out, device="cpu", replay=False, params=params):
             pairs.append((row, json.loads((d / row["run"] / "truth.json").read_text())))
     return pairs
+
+
+def _params(settings: list[str], ap):
+    import dataclasses
+
+    from ckptscan.detect import Params
+
+    types = {f.name: type(getattr(Params(), f.name)) for f in dataclasses.fields(Params)}
+    kw = {}
+    for item in settings:
+        key, _, value = item.partition("=")
+        if key not in types:
+            ap.error(f"--set {item}: not a detection parameter ({', '.join(types)})")
+        kw[key] = value.lower() in ("1", "true", "yes") if types[key] is bool else types[key](value)
+    return Params(**kw)
 
 
 def confidence_table(rows: list[dict]) -> dict[str, tuple[int, int]]:
@@ -78,13 +97,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="analysis root (outside the repository)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--confidence", action="store_true", help="print the CONFIDENCE table these runs give")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
+                    help="judge again with this detection parameter (ckptscan.detect.Params field)")
     args = ap.parse_args(argv)
     from ckptscan import evaluate
 
-    pairs = rows_for(args.runs, args.out, args.jobs)
+    params = _params(args.settings, ap) if args.settings else None
+    pairs = rows_for(args.runs, args.out, args.jobs, params)
     rows = [r for r, _ in pairs]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "eval.json").write_text(json.dumps({"rows": rows, "totals": evaluate.totals(rows)}, indent=1,
+    name = "eval.json" if params is None else f"eval-{'-'.join(sorted(args.settings))}.json"
+    (args.out / name).write_text(json.dumps({"rows": rows, "totals": evaluate.totals(rows)}, indent=1,
                                                    default=str))
     t = evaluate.totals(rows)
     fault = [r for r in rows if r["truth"] != "healthy"]
