@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ckptscan.errors import InputError, UsageError
 from ckptscan.frameworks import FRAMEWORKS, Framework
+from ckptscan.limits import MAX_STEP
 
 # anchored: the whole (extension-stripped) name must match
 STEP_PATTERNS: tuple[re.Pattern, ...] = tuple(
@@ -294,6 +295,9 @@ def _scan(folder: Path, pat: re.Pattern | None, fw: Framework | None = None,
             if name.startswith("."):
                 continue
             step = _name_step(name, pat, fw)
+            if step is not None and step > MAX_STEP:
+                skipped.append(Skipped(entry.path, f"step {step} is beyond the int64 range of steps (at most {MAX_STEP})"))
+                continue
             if step is None and pat is None and _PREFIX.match(name):
                 skipped.append(Skipped(entry.path, "unfinished or temporary checkpoint name", error=False))
                 continue

@@ -13,7 +13,6 @@ in place), because another ``read()`` of the same tensor may share those pages.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import mmap
 import struct
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from ckptscan.errors import FormatError
+from ckptscan.limits import JsonError, parse_json
 from ckptscan.readers._common import (
     check_shards,
     file_size,
@@ -93,9 +93,9 @@ def parse_header(path: Path) -> Header:
             raise FormatError(f"header length {n} exceeds {MAX_HEADER_BYTES} bytes: corrupt file", path)
         raw = f.read(n)
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise FormatError(f"header is not valid JSON ({err})", path) from err
+        doc = parse_json(raw, unique_keys=True)
+    except JsonError as err:
+        raise FormatError(f"header {err}", path) from None
     if not isinstance(doc, dict):
         raise FormatError("header JSON is not an object", path)
     data_size = size - 8 - n
@@ -116,7 +116,7 @@ def _parse_entry(path: Path, name: str, spec: object, data_size: int) -> _Entry:
     if not isinstance(spec, dict):
         raise FormatError(f"tensor {name!r}: header entry is not an object", path)
     code, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
-    if code not in DTYPES:
+    if not isinstance(code, str) or code not in DTYPES:
         raise FormatError(f"tensor {name!r} has unknown dtype {code!r}", path)
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
         raise FormatError(f"tensor {name!r} has an invalid shape {shape!r}", path)
