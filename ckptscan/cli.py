@@ -17,7 +17,7 @@ import click
 
 from ckptscan import __version__
 from ckptscan._alloc import bound_heap_growth
-from ckptscan.errors import EXIT_INTERNAL, CkptscanError
+from ckptscan.errors import EXIT_INTERNAL, CkptscanError, printable, printable_tree
 
 
 def _console(stderr: bool = False):
@@ -38,7 +38,7 @@ def handle_errors(fn):
         except CkptscanError as e:
             if debug:
                 raise
-            click.echo(f"ckptscan: error: {e}", err=True)
+            click.echo(f"ckptscan: error: {printable(str(e))}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("ckptscan: interrupted (finished checkpoints are kept; re-run to resume)", err=True)
@@ -48,7 +48,8 @@ def handle_errors(fn):
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
                 raise
-            click.echo(f"ckptscan: internal error: {type(e).__name__}: {e} (re-run with --debug for the traceback)", err=True)
+            click.echo(f"ckptscan: internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug for the "
+                       f"traceback)", err=True)
             sys.exit(EXIT_INTERNAL)
 
     return wrapper
@@ -120,8 +121,10 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     (no alarm, but too little of the run could be examined to call it healthy).
     """
     from ckptscan.api import analyze as run
+    from ckptscan.pipeline import check_outputs
     from ckptscan.report import emit
 
+    check_outputs([run_dir, baseline], files=(html_file, junit_file))  # before anything is written
     show_progress = not quiet and not as_json and sys.stderr.isatty()
     with _progress(show_progress) as on_progress:
         result = run(
@@ -188,7 +191,7 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
-        print_inspect(info, _console())
+        print_inspect(printable_tree(info), _console())
 
 
 @main.command()
@@ -203,9 +206,11 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 def report(out_dir, as_json, html_file, junit_file, fail_on, debug):
     """Re-render a stored result (an analyze output folder) without recomputing."""
     from ckptscan.api import load_result
+    from ckptscan.pipeline import check_outputs
     from ckptscan.report import emit
 
     result = load_result(out_dir)
+    check_outputs(result.evidence, files=(html_file, junit_file))
     emit(result, as_json=as_json, quiet=False, html_file=html_file, junit_file=junit_file, console=_console())
     sys.exit(result.exit_code(fail_on))
 
