@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,7 +184,7 @@ def _search_log(run: Path, patterns: tuple[str, ...]) -> Path | None:
 
 
 def _newest(paths: list[Path]) -> Path | None:
-    files = [p for p in paths if p.is_file()]
+    files = [p for p in paths if os.path.isfile(p)]  # False, not an error, where we may not look
     if not files:
         return None
     events = [p for p in files if fnmatch.fnmatch(p.name, TB_EVENTS)]
@@ -194,12 +195,12 @@ def _newest(paths: list[Path]) -> Path | None:
 
 def _trainer_state_log(run: Path) -> Path | None:
     states = []
-    if (run / "trainer_state.json").is_file():
+    if os.path.isfile(run / "trainer_state.json"):
         states.append((_last_logged_step(run / "trainer_state.json"), 1, run / "trainer_state.json"))
     ck = []
     for sub in _listing(run):
         p = sub / "trainer_state.json"
-        if sub.is_dir() and p.is_file():
+        if os.path.isdir(sub) and os.path.isfile(p):
             nums = re.findall(r"\d+", sub.name)
             ck.append((int(nums[-1]) if nums else -1, p))
     if ck:
@@ -210,7 +211,7 @@ def _trainer_state_log(run: Path) -> Path | None:
 
 def _generic_log(run: Path) -> Path | None:
     for name in LOG_NAMES:
-        if (run / name).is_file():
+        if os.path.isfile(run / name):
             return run / name
     for pattern in ("*.jsonl", "*.csv"):
         cands = sorted(run.glob(pattern))

@@ -254,7 +254,7 @@ def test_a_trainer_state_global_step_of_1e999(run, tmp_path):
 
 @needs_setpriv
 def test_a_folder_the_user_cannot_read_is_passed_over_by_the_log_search(run, tmp_path):
-    secret = run / "checkpoint-400" / "private"
+    secret = run / "private"  # beside the checkpoints: the log search looks into every folder there
     secret.mkdir()
     (secret / "trainer_state.json").write_text("{}")
     secret.chmod(0)
