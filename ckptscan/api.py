@@ -166,12 +166,13 @@ def analyze(
     from ckptscan.verdict import judge
 
     failure = None
+    kwargs = {"out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
+              "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
+              "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads,
+              "kv_heads": kv_heads}
     try:
-        judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline, analyze_kwargs={
-            "out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
-            "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
-            "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads, "kv_heads": kv_heads,
-        }, checkpoint_steps=found.all_steps)
+        judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline,
+                          analyze_kwargs=kwargs, checkpoint_steps=found.all_steps)
     except Exception as e:  # noqa: BLE001 -- re-raised below, once the summary of what was done is written
         judgement, failure = _unjudged(e), e
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
@@ -211,8 +212,9 @@ def analyze(
 def _unjudged(err: Exception) -> dict:
     """The judgement keys of a run whose judging failed (a bug, or a ``--baseline`` that cannot be
     analysed): no verdict, and why; the checkpoints' results are still summarised."""
-    return {"verdict": {"anomalous": False, "earliest_step": None, "fault_type": "inconclusive", "confidence": 0.0,
-                        "evidence": [], "reason": f"the run could not be judged ({describe(err)})"},
+    return {"verdict": {"anomalous": False, "earliest_step": None, "fault_type": "inconclusive",
+                        "confidence": 0.0, "evidence": [],
+                        "reason": f"the run could not be judged ({describe(err)})"},
             "loss": {"divergence_step": None, "log_only_alarm_step": None}, "lead_time_steps": None}
 
 
@@ -277,7 +279,8 @@ def load_result(out_dir: str | Path) -> Result:
         raise InputError(f"not a ckptscan summary: the file {e}", summary_path) from None
     problems = validate(summary)
     if problems:
-        raise InputError(f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})", summary_path)
+        raise InputError(f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})",
+                         summary_path)
     try:
         timeline = Timeline.load(out / "timeline.h5")
     except Exception as e:  # noqa: BLE001 -- a damaged HDF5 file fails in many ways: named, never a crash

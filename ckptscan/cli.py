@@ -48,8 +48,8 @@ def handle_errors(fn):
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
                 raise
-            click.echo(f"ckptscan: internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug for the "
-                       f"traceback)", err=True)
+            click.echo(f"ckptscan: internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug "
+                       f"for the traceback)", err=True)
             sys.exit(EXIT_INTERNAL)
 
     return wrapper

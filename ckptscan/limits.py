@@ -123,6 +123,10 @@ def memory_budget() -> int:
         return 8 * 2**30
 
 
-def gib(n: float) -> str:
-    """Bytes as GiB for messages: ``'12.3 GiB'``."""
-    return f"{n / 2**30:.1f} GiB"
+def size_text(n: float) -> str:
+    """Bytes for messages, in the largest binary unit that keeps the number at least 1: ``'12.3 GiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"

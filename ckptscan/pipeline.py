@@ -31,7 +31,7 @@ from ckptscan.discover import Checkpoint, Skipped
 from ckptscan.errors import CkptscanError, InputError, ReplayError, UsageError, unexpected
 from ckptscan.layouts import find_config, resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
-from ckptscan.limits import BUDGET_ENV, gib, memory_budget
+from ckptscan.limits import BUDGET_ENV, memory_budget, size_text
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams, Workspace
 from ckptscan.monitors.numerics import nonfinite_count
@@ -188,25 +188,32 @@ class Analyzer:
                 self.layout_desc = layout.describe()
             outside = self._outside(_weight_files(src).values())
             if stored is not None:
-                values, findings, extras, meta = stored
-                skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
-                self.prev = _Prev(ckpt, identity)
-                self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
-                return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped,
-                                        outside + meta.get("outside", []))
+                return self._reused(ckpt, identity, replay_path, layout, outside, *stored)
 
             check_memory(layout, self.budget)
             with self._open_prev() as prev_weights:
                 weights = _Weights(self, src, layout)
                 values, findings, grams = self._compute(weights, layout, prev_weights, ckpt.step)
-                extras, skipped, external = self._activations(replay_path, layout, weights, prev_weights, values)
-            if file_identity(src, config_path) != identity["files"] or _stat_identity(replay_path) != identity["replay"]:
-                raise InputError("changed while it was being read (a save in progress?); it is analysed on the next "
-                                 "run", ckpt.path)
+                extras, skipped, external = self._activations(replay_path, layout, weights, prev_weights,
+                                                              values)
+            now = {"files": file_identity(src, config_path), "replay": _stat_identity(replay_path)}
+            if any(now[k] != identity[k] for k in now):
+                raise InputError("changed while it was being read (a save in progress?); it is analysed on the "
+                                 "next run", ckpt.path)
             meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped], "outside": external}
-            save_part(part, identity, values, extra={"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras})
+            extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
+            save_part(part, identity, values, extra=extra)
             self.prev = _Prev(ckpt, identity, grams)
-            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped, outside + external)
+            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped,
+                                    outside + external)
+
+    def _reused(self, ckpt, identity, replay_path, layout, outside, values, findings, extras, meta):
+        """The result of a checkpoint whose stored part is reused (see ``_try_reuse``)."""
+        skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
+        self.prev = _Prev(ckpt, identity)
+        self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
+        return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped,
+                                outside + meta.get("outside", []))
 
     def _activations(self, replay_path, layout, weights, prev_weights, values):
         """The activation side (when this checkpoint has a replay file): ``(extras, skipped, external
@@ -221,7 +228,9 @@ class Analyzer:
         act: dict[str, np.ndarray] = {}
         try:
             external = self._checked_replay(replay_path)
-            prev = self.replay_prev if self.replay_prev and self._replay_is_checked(self.replay_prev.path) else None
+            prev = self.replay_prev
+            if prev is not None and not self._replay_is_checked(prev.path):
+                prev = None  # changed, or gone, since it was checked: no activation increments
             state, ids, extras = activation_values(
                 replay_path, layout, weights, prev, prev_weights, self.reference_ids,
                 functools.partial(_put, act, n_layers), self.device,
@@ -243,7 +252,10 @@ class Analyzer:
     def _checked_replay(self, path: Path) -> list[str]:
         """Read ``path`` through in the worker unless it was, unchanged, already; the external files it
         reads outside the run.  ReplayError when it must not be used."""
-        stat = file_stat(path)
+        try:
+            stat = file_stat(path)
+        except InputError as e:  # gone since it was found
+            raise ReplayError(e.message, path) from None
         if self._replay_checked.get(path, (None,))[0] != stat:
             external = self.replay_checker.check(path, self.budget)
             self._replay_checked[path] = (stat, self._outside(external))
@@ -390,7 +402,8 @@ def memory_needed(layout: Layout, b: AttnBlock) -> int:
     heads = b.n_heads + b.n_kv_heads
     width = max((x.n_heads for x in layout.attention), default=1)
     arrays = 4 * layout.n_layers * width * len(registry.REGISTRY)
-    return BYTES_PER_WEIGHT * heads * b.head_dim * b.hidden + BYTES_PER_GRAM_ENTRY * heads * b.head_dim**2 + arrays
+    block = BYTES_PER_WEIGHT * heads * b.head_dim * b.hidden + BYTES_PER_GRAM_ENTRY * heads * b.head_dim**2
+    return block + arrays
 
 
 def check_memory(layout: Layout, budget: int) -> None:
@@ -399,10 +412,10 @@ def check_memory(layout: Layout, budget: int) -> None:
     for b in layout.attention:
         need = memory_needed(layout, b)
         if need > budget:
-            raise InputError(f"{b.tensors[0]}: analysing layer {b.layer} ({b.n_heads} heads, {b.n_kv_heads} kv heads, "
-                             f"head_dim {b.head_dim}, hidden {b.hidden}, {layout.n_layers} layers) needs about "
-                             f"{gib(need)}, more than the memory budget of {gib(budget)} (set {BUDGET_ENV} to "
-                             f"allow more)")
+            raise InputError(f"{b.tensors[0]}: analysing layer {b.layer} ({b.n_heads} heads, "
+                             f"{b.n_kv_heads} kv heads, head_dim {b.head_dim}, hidden {b.hidden}, "
+                             f"{layout.n_layers} layers) needs about {size_text(need)}, more than the memory "
+                             f"budget of {size_text(budget)} (set {BUDGET_ENV} to allow more)")
 
 
 def _safe(load, *args):
@@ -539,11 +552,10 @@ OUTPUT_ENTRIES = ("parts", "timeline.h5", "summary.json")
 
 def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, files: tuple = ()) -> None:
     """Evidence is read-only, checked before anything is written: the output folder, every path written
-    in it (``OUTPUT_ENTRIES``) and each output file (``--html``, ``--junit``; None entries are ignored)
-    must lie outside every evidence folder (the run first, then a ``--baseline`` run; None entries are
-    ignored).  Paths are compared
-    resolved, so a symlink into the run is refused too."""
-    written = [] if out_dir is None else [(out_dir, p) for p in (out_dir, *(out_dir / e for e in OUTPUT_ENTRIES))]
+    in it (``OUTPUT_ENTRIES``) and each output file (``--html``, ``--junit``) must lie outside every
+    evidence folder (the run first, then a ``--baseline`` run).  None entries are ignored.  Paths are
+    compared resolved, so a symlink into the run is refused too."""
+    written = [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)]
     written += [(None, Path(f)) for f in files if f is not None]
     for i, folder in enumerate(Path(e) for e in evidence if e is not None):
         inside = folder.resolve()
@@ -551,9 +563,10 @@ def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, file
             p = path.resolve()
             if p != inside and inside not in p.parents:
                 continue
-            what = f"output {path}" if out is None else f"output folder {out}" + (f" (its {path.name})" if path != out else "")
+            what = f"output {path}" if out is None else f"output folder {out}"
+            what += f" (its {path.name})" if out is not None and path != out else ""
             whose = "the run directory" if i == 0 else "the baseline run"
-            raise UsageError(f"{what} is inside {whose} {folder}: ckptscan never writes there; choose another "
-                             f"location")
+            raise UsageError(f"{what} is inside {whose} {folder}: ckptscan never writes there; choose "
+                             f"another location")
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output path {out_dir} exists and is not a folder")

@@ -158,7 +158,8 @@ def _in_range(facts: ConfigFacts, key: str, raw: Any, lo: float, hi: float) -> f
     if v is not None and math.isfinite(v) and lo < v <= hi:
         return v
     if raw is not None:
-        facts.ignored.append(f"config {key} = {str(raw)[:40]} ignored (not in ({lo:g}, {hi:g}]); the default is used")
+        facts.ignored.append(f"config {key} = {str(raw)[:40]} ignored (not in ({lo:g}, {hi:g}]); "
+                             f"the default is used")
     return None
 
 

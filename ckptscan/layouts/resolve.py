@@ -424,8 +424,8 @@ class Builder:
         for by_layer in self.m.roles.values():
             for layer, name in by_layer.items():
                 if layer >= n and not (isinstance(name, Ref) and name.index is not None):
-                    raise LayoutError(f"{name} names layer {layer}, but the checkpoint holds only {n} tensors: "
-                                      f"not a layer index")
+                    raise LayoutError(f"{name} names layer {layer}, but the checkpoint holds only {n} "
+                                      f"tensors: not a layer index")
 
     def model_config(self, attention: list[AttnBlock], routers: list[RouterBlock]) -> ModelConfig:
         f = self.facts

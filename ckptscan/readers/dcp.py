@@ -113,26 +113,31 @@ def _check_types(meta: object, dcp_meta: ModuleType, path: Path) -> None:
     """The unpickled objects have the types the reader relies on: an allow-listed class can still carry
     any value in its fields (``chunks=None``, a string size), which would fail far from here."""
     for fqn, md in meta.state_dict_metadata.items():
-        if not isinstance(md, dcp_meta.TensorStorageMetadata):
-            continue
-        props = getattr(md, "properties", None)
-        chunks = getattr(md, "chunks", None)
-        size = getattr(md, "size", None)
-        ok = (isinstance(fqn, str) and _ints(size) and isinstance(getattr(props, "dtype", None), torch.dtype)
-              and isinstance(chunks, list)
-              and all(_ints(getattr(c, "offsets", None), len(size)) and _ints(getattr(c, "sizes", None), len(size))
-                      for c in chunks))
-        if not ok:
-            raise FormatError(f"DCP metadata of tensor {str(fqn)[:80]!r} has fields of the wrong type or rank "
-                              f"(size, dtype, chunks offsets/sizes)", path)
+        if isinstance(md, dcp_meta.TensorStorageMetadata) and not _tensor_ok(fqn, md):
+            raise FormatError(f"DCP metadata of tensor {str(fqn)[:80]!r} has fields of the wrong type or "
+                              f"rank (size, dtype, chunks offsets/sizes)", path)
     for idx, info in meta.storage_data.items():
-        offset = getattr(idx, "offset", None)
-        ok = (isinstance(getattr(idx, "fqn", None), str) and (offset is None or _ints(offset))
-              and isinstance(getattr(info, "relative_path", None), str) and _ints([getattr(info, "offset", None)])
-              and _ints([getattr(info, "length", None)]))
-        if not ok:
-            raise FormatError(f"DCP storage entry {str(getattr(idx, 'fqn', idx))[:80]!r} has fields of the wrong "
-                              f"type (fqn, offset, relative_path, byte offset and length)", path)
+        if not _storage_ok(idx, info):
+            raise FormatError(f"DCP storage entry {str(getattr(idx, 'fqn', idx))[:80]!r} has fields of the "
+                              f"wrong type (fqn, offset, relative_path, byte offset and length)", path)
+
+
+def _tensor_ok(fqn: object, md: object) -> bool:
+    size, chunks = getattr(md, "size", None), getattr(md, "chunks", None)
+    dtype = getattr(getattr(md, "properties", None), "dtype", None)
+    if not (isinstance(fqn, str) and _ints(size) and isinstance(chunks, list)
+            and isinstance(dtype, torch.dtype)):
+        return False
+    rank = len(size)
+    return all(_ints(getattr(c, "offsets", None), rank) and _ints(getattr(c, "sizes", None), rank)
+               for c in chunks)
+
+
+def _storage_ok(idx: object, info: object) -> bool:
+    offset = getattr(idx, "offset", None)
+    return (isinstance(getattr(idx, "fqn", None), str) and (offset is None or _ints(offset))
+            and isinstance(getattr(info, "relative_path", None), str)
+            and _ints([getattr(info, "offset", None), getattr(info, "length", None)]))
 
 
 class DcpSource:
@@ -188,7 +193,8 @@ class DcpSource:
         full = torch.empty(size, dtype=dtype)
         for chunk in md.chunks:
             offs, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
-            full[tuple(slice(o, o + s) for o, s in zip(offs, sizes))] = self._load_chunk(name, chunk, sizes, dtype)
+            where = tuple(slice(o, o + s) for o, s in zip(offs, sizes))
+            full[where] = self._load_chunk(name, chunk, sizes, dtype)
         return full
 
     def _check_chunks(self, name: str, md: object, size: tuple[int, ...], dtype: torch.dtype) -> None:
@@ -206,8 +212,8 @@ class DcpSource:
             n = math.prod(sizes)
             stored = self._storage_info(name, chunk).length
             if n * itemsize > stored:
-                raise FormatError(f"tensor {name!r}: chunk {list(offs)} of {n} elements is stored in {stored} "
-                                  f"bytes, fewer than its {n * itemsize}", self._meta_path)
+                raise FormatError(f"tensor {name!r}: chunk {list(offs)} of {n} elements is stored in "
+                                  f"{stored} bytes, fewer than its {n * itemsize}", self._meta_path)
             covered += n
         if covered != math.prod(size):
             raise FormatError(
