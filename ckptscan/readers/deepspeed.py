@@ -29,7 +29,7 @@ from typing import Self
 import torch
 
 from ckptscan.errors import FormatError
-from ckptscan.readers._common import backed, dtype_name, rel_name
+from ckptscan.readers._common import backed, check_unchanged, dtype_name, file_stat, rel_name
 from ckptscan.readers.base import TensorInfo
 from ckptscan.readers.torchfile import load_file
 
@@ -113,6 +113,7 @@ class ZeroSource:
                 self._where[str(name)] = (shape, offset, part)
                 offset += part
         self._flat: dict[int, list[torch.Tensor]] = {}
+        self._stats: dict[int, tuple[int, int]] = {}  # the memory-mapped optimizer files, as loaded
 
     def infos(self) -> dict[str, TensorInfo]:
         file = rel_name(self.path, self._optims[0])
@@ -121,6 +122,7 @@ class ZeroSource:
     def _partitions(self, rank: int) -> list[torch.Tensor]:
         if rank not in self._flat:
             path = self._optims[rank]
+            self._stats[rank] = file_stat(path)
             groups = _get(load_zero_file(path), "optimizer_state_dict", "fp32_flat_groups", path=path)
             if not isinstance(groups, list) or not all(isinstance(t, torch.Tensor) for t in groups):
                 raise FormatError("fp32_flat_groups is not a list of tensors", path)
@@ -144,11 +146,19 @@ class ZeroSource:
         if name not in self._where:
             raise KeyError(name)
         shape, offset, part = self._where[name]
-        flat = torch.cat([self._slice(r, offset, part) for r in range(self._world)])
+        pieces = [self._slice(r, offset, part) for r in range(self._world)]  # views into mapped files
+        self._check_unchanged()  # as torchfile does: a file rewritten in place must not fault the copy
+        flat = torch.cat(pieces)
+        self._check_unchanged()
         return flat[: math.prod(shape)].view(shape)
+
+    def _check_unchanged(self) -> None:
+        for rank, stat in self._stats.items():
+            check_unchanged(self._optims[rank], stat)
 
     def close(self) -> None:
         self._flat.clear()
+        self._stats.clear()
 
     def __enter__(self) -> Self:
         return self
