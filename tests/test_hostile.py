@@ -170,7 +170,7 @@ def _flipped_replay(run):
     _replays(run)
     h5 = run / DAMAGED / "replay.h5"
     data = bytearray(h5.read_bytes())
-    data[2072] ^= 0x10  # in a B-tree node of this file's layout: HDF5 2.0 loops on it forever
+    data[2072] ^= 0x10  # with h5py 3.16 / HDF5 2.0.0, reading this file then never finishes
     h5.write_bytes(data)
 
 
