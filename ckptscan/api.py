@@ -14,10 +14,19 @@ from pathlib import Path
 from ckptscan import __version__, logs
 from ckptscan.activation_stage import add_churn_final
 from ckptscan.discover import Checkpoint, Skipped, discover_run, no_checkpoints_error
-from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_INPUT, InputError, UsageError
+from ckptscan.errors import (
+    EXIT_ANOMALY,
+    EXIT_HEALTHY,
+    EXIT_INCONCLUSIVE,
+    EXIT_INPUT,
+    InputError,
+    UsageError,
+    describe,
+)
 from ckptscan.layouts import load_config_file
-from ckptscan.pipeline import Options, check_out_dir, resolve_device, run_analysis
-from ckptscan.timeline import Timeline, assemble, atomic_write
+from ckptscan.limits import JsonError, parse_json
+from ckptscan.pipeline import Options, baseline_out_dir, check_outputs, resolve_device, run_analysis
+from ckptscan.timeline import Timeline, assemble, atomic_write, make_dir
 
 SCHEMA = "ckptscan/1"
 
@@ -39,6 +48,12 @@ class Result:
     @property
     def anomalous(self) -> bool:
         return bool((self.summary.get("verdict") or {}).get("anomalous"))
+
+    @property
+    def evidence(self) -> list[Path]:
+        """The folders this result was read from (the run, a ``--baseline`` run): never written."""
+        ref = (self.summary.get("detection") or {}).get("reference_run")
+        return [self.run_dir, *([Path(ref)] if ref else [])]
 
     @property
     def inconclusive(self) -> bool:
@@ -117,7 +132,10 @@ def analyze(
                          "not a folder (give the folder that holds the checkpoints)", run_dir)
     selection = {"steps": steps, "every": every, "step_regex": step_regex}
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir, selection)
-    check_out_dir(out, run_dir)
+    evidence = [run_dir, None if baseline is None else Path(baseline)]
+    check_outputs(evidence, out)
+    if baseline is not None:
+        check_outputs(evidence, baseline_out_dir(out, Path(baseline)))
     claim_out_dir(out, run_dir, selection)
     if layout_file is not None and not Path(layout_file).is_file():
         raise UsageError(f"--layout {layout_file}: no such file")
@@ -144,7 +162,7 @@ def analyze(
     )
     if log_file is None:
         log_file = logs.find_log(found.run_folder, None, found.framework.logs if found.framework else ())
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     atomic_write(out / OWNER_FILE, json.dumps({"run": str(run_dir.resolve()), "selection": selection}))
 
     def progress(i, ck, status):
@@ -161,11 +179,16 @@ def analyze(
 
     from ckptscan.verdict import judge
 
-    judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline, analyze_kwargs={
-        "out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
-        "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
-        "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads, "kv_heads": kv_heads,
-    }, checkpoint_steps=found.all_steps)
+    failure = None
+    kwargs = {"out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
+              "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
+              "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads,
+              "kv_heads": kv_heads}
+    try:
+        judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline,
+                          analyze_kwargs=kwargs, checkpoint_steps=found.all_steps)
+    except Exception as e:  # noqa: BLE001 -- re-raised below, once the summary of what was done is written
+        judgement, failure = _unjudged(e), e
     timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
         first = skipped_run[0] if skipped_run else skipped[0]
@@ -187,7 +210,7 @@ def analyze(
             "skipped": [s.as_dict() for s in skipped],
             "framework": found.framework.name if found.framework else None,
             "run_folder": str(found.run_folder),
-            "notes": found.notes,
+            "notes": [*found.notes, *_outside_note(results)],
         },
         "monitors": timeline.names(),
         "findings": findings,
@@ -200,6 +223,8 @@ def analyze(
     summary["outcome"] = outcome(summary).as_dict()
     result = Result(run_dir, out, summary, timeline, skipped)
     atomic_write(out / "summary.json", result.to_json())
+    if failure is not None:
+        raise failure
     return result
 
 
@@ -251,6 +276,25 @@ def claim_out_dir(out: Path, run_dir: Path, selection: dict) -> None:
                          f"({_selection_words(selection)}) would replace it: choose another with -o")
 
 
+def _unjudged(err: Exception) -> dict:
+    """The judgement keys of a run whose judging failed (a bug, or a ``--baseline`` that cannot be
+    analysed): no verdict, and why; the checkpoints' results are still summarised."""
+    return {"verdict": {"anomalous": False, "earliest_step": None, "fault_type": "inconclusive",
+                        "confidence": 0.0, "evidence": [],
+                        "reason": f"the run could not be judged ({describe(err)})"},
+            "loss": {"divergence_step": None, "log_only_alarm_step": None}, "lead_time_steps": None}
+
+
+def _outside_note(results) -> list[str]:
+    """One note listing the files read outside the run (through symlinks, HDF5 external storage)."""
+    paths = sorted({p for r in results for p in r.outside})
+    if not paths:
+        return []
+    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
+    return [(f"inputs outside the run ({len(paths)} read through symlinks or HDF5 external storage): "
+            f"{', '.join(paths[:5])}{more}")]
+
+
 def model_inputs(config_file, layout_file, heads, kv_heads) -> tuple[Path | None, Path | None, dict]:
     """``--config``/``--layout``/``--heads``/``--kv-heads`` checked: (layout file, config file, config
     overrides).  A ``--config`` TOML is a layout file; a JSON one must be a readable config.json."""
@@ -286,12 +330,27 @@ def _head_overrides(heads: int | None, kv_heads: int | None) -> dict:
 
 
 def load_result(out_dir: str | Path) -> Result:
-    """Re-open a stored result (``ckptscan report``) without recomputing anything."""
+    """Re-open a stored result (``ckptscan report``) without recomputing anything.  A damaged
+    ``summary.json`` or ``timeline.h5`` is an ``InputError`` naming that file."""
+    from ckptscan.report.schema import validate
+
     out = Path(out_dir)
     summary_path = out / "summary.json"
     if not summary_path.is_file():
         raise UsageError(f"{out}: no summary.json here (is this a ckptscan output folder?)")
-    summary = json.loads(summary_path.read_text())
-    timeline = Timeline.load(out / "timeline.h5")
+    try:
+        summary = parse_json(summary_path.read_bytes())
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", summary_path) from None
+    except JsonError as e:
+        raise InputError(f"not a ckptscan summary: the file {e}", summary_path) from None
+    problems = validate(summary)
+    if problems:
+        raise InputError(f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})",
+                         summary_path)
+    try:
+        timeline = Timeline.load(out / "timeline.h5")
+    except Exception as e:  # noqa: BLE001 -- a damaged HDF5 file fails in many ways: named, never a crash
+        raise InputError(f"not a readable ckptscan timeline ({describe(e)})", out / "timeline.h5") from None
     skipped = [Skipped(s["path"], s["reason"], s.get("error", True)) for s in summary["checkpoints"]["skipped"]]
     return Result(Path(summary["run"]), out, summary, timeline, skipped)

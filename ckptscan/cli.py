@@ -21,11 +21,12 @@ import click
 
 from ckptscan import __version__
 from ckptscan._alloc import bound_heap_growth
-from ckptscan.errors import EXIT_INTERNAL, CkptscanError
+from ckptscan.errors import EXIT_INTERNAL, CkptscanError, printable, printable_tree
 
 MAX_WIDTH = 100  # every report line fits in this many columns (docs/report.md)
 EXIT_PIPE = 141  # stdout closed by its reader: what a shell reports for SIGPIPE
 VERDICT_REACHED = "ckptscan.verdict_reached"  # ctx.meta: a failure after this point is not "no verdict"
+EVIDENCE = "ckptscan.evidence"  # ctx.meta: the folders no output may go into (report: the stored run's)
 PROGRESS_EVERY_S = 5.0  # without a terminal: a progress line at most this often (and first, last, skipped)
 
 
@@ -112,7 +113,7 @@ def handle_errors(fn):
         except CkptscanError as e:
             if debug:
                 raise
-            _stop(f"error: {e}", e.exit_code, kwargs)
+            _stop(f"error: {printable(str(e))}", e.exit_code, kwargs)
         except KeyboardInterrupt:
             click.echo("ckptscan: interrupted (finished checkpoints are kept; re-run to resume)", err=True)
             sys.exit(130)
@@ -121,8 +122,8 @@ def handle_errors(fn):
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
                 raise
-            _stop(f"internal error: {type(e).__name__}: {e} (re-run with --debug for the traceback)",
-                  EXIT_INTERNAL, kwargs)
+            _stop(f"internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug for the "
+                  f"traceback)", EXIT_INTERNAL, kwargs)
 
     return wrapper
 
@@ -132,10 +133,17 @@ def _stop(message: str, code: int, kwargs: dict):
     ctx = click.get_current_context(silent=True)
     reached = ctx is not None and ctx.meta.get(VERDICT_REACHED)
     if "junit_file" in kwargs and not reached:  # analyze, report: the commands whose outputs CI reads
+        from ckptscan.pipeline import check_outputs
         from ckptscan.report.ci import no_verdict_outputs
 
         run = kwargs.get("run_dir") or kwargs.get("out_dir")
-        for problem in no_verdict_outputs(message, run=str(run), junit_file=kwargs.get("junit_file")):
+        junit = kwargs.get("junit_file")
+        evidence = ctx.meta.get(EVIDENCE) if ctx is not None else None
+        try:  # never into the evidence, not even to say there is no verdict
+            check_outputs(evidence or [kwargs.get("run_dir"), kwargs.get("baseline")], files=(junit,))
+        except CkptscanError:
+            junit = None
+        for problem in no_verdict_outputs(message, run=str(run), junit_file=junit):
             click.echo(f"ckptscan: warning: {problem}", err=True)
     sys.exit(code)
 
@@ -219,8 +227,10 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     (no alarm, but too little of the run could be examined to call it healthy).
     """
     from ckptscan.api import analyze as run
+    from ckptscan.pipeline import check_outputs
     from ckptscan.report import emit
 
+    check_outputs([run_dir, baseline], files=(html_file, junit_file))  # before anything is written
     with _progress(not quiet) as on_progress:
         result = run(
             run_dir, out_dir=out_dir, steps=steps, every=every, step_regex=step_regex, device=device,
@@ -232,7 +242,7 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     click.get_current_context().meta[VERDICT_REACHED] = True
     for sk in result.skipped:  # on stderr too: with --quiet or --json this is the only place they show
         kind = "warning: skipped" if sk.error else "note: skipped (expected in a live run)"
-        click.echo(f"ckptscan: {kind} {sk.path}: {sk.reason}", err=True)
+        click.echo(f"ckptscan: {kind} {printable(sk.path)}: {printable(sk.reason)}", err=True)
     emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console())
     sys.exit(result.exit_code(fail_on))
 
@@ -280,7 +290,7 @@ class _progress:
             last[0] = now
             elapsed = now - start
             eta = elapsed / done * (total - done)
-            click.echo(f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {status}; "
+            click.echo(f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {printable(status)}; "
                        f"{_duration(elapsed)} elapsed, ETA {_duration(eta)}", err=True)
 
         return update
@@ -324,7 +334,7 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
-        print_inspect(info, _console())
+        print_inspect(printable_tree(info), _console())
 
 
 @main.command()
@@ -343,9 +353,12 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet, debug):
     """Re-render a stored result (an analyze output folder) without recomputing."""
     from ckptscan.api import load_result
+    from ckptscan.pipeline import check_outputs
     from ckptscan.report import emit
 
     result = load_result(out_dir)
+    click.get_current_context().meta[EVIDENCE] = result.evidence
+    check_outputs(result.evidence, files=(html_file, junit_file))
     click.get_current_context().meta[VERDICT_REACHED] = True
     baseline = None
     if baseline_dir is not None:

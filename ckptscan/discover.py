@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ckptscan.errors import InputError, UsageError
 from ckptscan.frameworks import FRAMEWORKS, Framework
+from ckptscan.limits import MAX_STEP
 
 # anchored: the whole (extension-stripped) name must match
 STEP_PATTERNS: tuple[re.Pattern, ...] = tuple(
@@ -150,8 +151,12 @@ def discover_run(
     from ckptscan.readers import detect_format, is_complete
 
     run_dir = Path(run_dir)
-    if not run_dir.exists():
-        raise InputError("run directory does not exist", run_dir)
+    try:
+        run_dir.stat()
+    except FileNotFoundError:
+        raise InputError("run directory does not exist", run_dir) from None
+    except OSError as e:  # a parent we may not search, a loop
+        raise InputError(f"cannot read: {e.strerror or e}", run_dir) from None
     if not run_dir.is_dir():
         raise InputError("not a directory (give the folder that holds the checkpoints)", run_dir)
     pat = compile_step_regex(step_regex) if isinstance(step_regex, str) else step_regex
@@ -172,7 +177,7 @@ def discover_run(
         found, skipped = _scan(run_dir, pat)
         if not found and pat is None:
             for sub in CONTAINER_DIRS:
-                if (run_dir / sub).is_dir():
+                if os.path.isdir(run_dir / sub):
                     f2, s2 = _scan(run_dir / sub, pat)
                     found += f2
                     skipped += s2
@@ -231,7 +236,8 @@ def recognise(run_dir: Path) -> tuple[Framework, Path, list[Path], list[str]] | 
     folders holding its checkpoints, and notes (several runs under the root: which one is used)."""
     for fw in FRAMEWORKS:
         for runs in fw.runs:
-            cands = [p for p in sorted(glob_under(run_dir, runs), key=lambda p: _natural(p.name)) if p.is_dir()]
+            found = sorted(glob_under(run_dir, runs), key=lambda p: _natural(p.name))
+            cands = [p for p in found if os.path.isdir(p)]  # False, not an error, for a folder we cannot read
             hits = [(p, _marked(fw, p)) for p in cands]
             hits = [(p, cs) for p, cs in hits if cs]
             if not hits:
@@ -251,7 +257,7 @@ def _marked(fw: Framework, run_folder: Path) -> list[Path]:
     out = []
     for c in fw.containers:
         folder = (run_folder / c) if c != "." else run_folder
-        if folder.is_dir() and any(glob_under(folder, m) for m in fw.marks):
+        if os.path.isdir(folder) and any(glob_under(folder, m) for m in fw.marks):
             out.append(folder)
             break  # the first container that has them (checkpoints/ before the run folder itself)
     return out
@@ -294,6 +300,10 @@ def _scan(folder: Path, pat: re.Pattern | None, fw: Framework | None = None,
             if name.startswith("."):
                 continue
             step = _name_step(name, pat, fw)
+            if step is not None and step > MAX_STEP:
+                skipped.append(Skipped(entry.path, f"step {step} is beyond the int64 range of steps "
+                                                   f"(at most {MAX_STEP})"))
+                continue
             if step is None and pat is None and _PREFIX.match(name):
                 skipped.append(Skipped(entry.path, "unfinished or temporary checkpoint name", error=False))
                 continue

@@ -7,6 +7,7 @@ is one line naming the file and what is wrong.  The CLI prints that line (no tra
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 # Exit codes (documented in docs/cli.md and README).
@@ -25,14 +26,19 @@ class CkptscanError(Exception):
 
     def __init__(self, message: str, path: str | Path | None = None):
         self.path = str(path) if path is not None else None
-        self.message = message
-        super().__init__(f"{self.path}: {message}" if self.path else message)
+        self.message = printable(message)  # one line, whatever names from the evidence it quotes
+        super().__init__(f"{printable(self.path)}: {self.message}" if self.path else self.message)
 
 
 class UsageError(CkptscanError):
     """The command line or an option value is wrong."""
 
     exit_code = EXIT_USAGE
+
+
+class OutputError(UsageError):
+    """An output the user asked for cannot be written (read-only or full file system, no permission):
+    the analysis stops, since every later write would fail too; the path is named."""
 
 
 class InputError(CkptscanError):
@@ -55,3 +61,43 @@ class LayoutError(InputError):
 
 class ReplayError(InputError):
     """A replay activation file breaks the contract (docs/replay.md)."""
+
+
+def describe(err: BaseException) -> str:
+    """An exception as one short line: ``TypeName: first 200 characters of its message``."""
+    text = " ".join(str(err).split())[:200]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def unexpected(err: BaseException) -> str:
+    """The one-line reason for an exception no reader anticipated, raised while a file was read or
+    analysed (a containment boundary turns it into a skipped entry instead of ending the run)."""
+    return (f"could not be analysed ({describe(err)}); if the files are sound this is a ckptscan bug: "
+            f"please report it with the --debug traceback")
+
+
+# control characters (C0, DEL, C1) and bidirectional overrides: they would move the cursor, colour or
+# rewrite a terminal line, or start a forged line, when a file or tensor name is printed
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\x1b``, ``\\n``): safe for one terminal or
+    CI-annotation line, whatever names a checkpoint carries."""
+    return _CONTROL.sub(_escape, text)
+
+
+def printable_tree(obj: object) -> object:
+    """A copy of JSON-like data with ``printable`` applied to every string, keys included."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [printable_tree(v) for v in obj]
+    return obj
+
+
+def _escape(m: re.Match) -> str:
+    ch = m.group()
+    return repr(ch)[1:-1] if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"

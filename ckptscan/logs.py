@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import csv
 import fnmatch
-import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from ckptscan.discover import CONTAINER_DIRS, glob_under
+from ckptscan.errors import describe
+from ckptscan.limits import JsonError, as_step, parse_json
 
 # --- the divergence rule (shared with ckptscan/drills; documented in docs/detection.md) ----------
 EMA_BETA = 0.9  # smoothing of the loss: ema_t = beta * ema_{t-1} + (1 - beta) * loss_t
@@ -153,10 +155,17 @@ def find_log(run_dir: str | Path, log_file: str | Path | None = None, patterns: 
     (``checkpoints/``) is searched, then its parent.  ``None`` when the run has no log.
 
     For TensorBoard the folder holding the newest event file is returned: all its event files are read
-    (a resumed run writes one file per restart)."""
+    (a resumed run writes one file per restart).  A folder that cannot be searched (no permission)
+    is passed over."""
     if log_file is not None:
         return Path(log_file)
-    run = Path(run_dir)
+    try:
+        return _search_log(Path(run_dir), patterns)
+    except OSError:
+        return None
+
+
+def _search_log(run: Path, patterns: tuple[str, ...]) -> Path | None:
     if not run.is_dir():
         return None
     for pattern in patterns:
@@ -175,7 +184,7 @@ def find_log(run_dir: str | Path, log_file: str | Path | None = None, patterns: 
 
 
 def _newest(paths: list[Path]) -> Path | None:
-    files = [p for p in paths if p.is_file()]
+    files = [p for p in paths if os.path.isfile(p)]  # False, not an error, where we may not look
     if not files:
         return None
     events = [p for p in files if fnmatch.fnmatch(p.name, TB_EVENTS)]
@@ -186,12 +195,12 @@ def _newest(paths: list[Path]) -> Path | None:
 
 def _trainer_state_log(run: Path) -> Path | None:
     states = []
-    if (run / "trainer_state.json").is_file():
+    if os.path.isfile(run / "trainer_state.json"):
         states.append((_last_logged_step(run / "trainer_state.json"), 1, run / "trainer_state.json"))
     ck = []
-    for sub in run.iterdir():
+    for sub in _listing(run):
         p = sub / "trainer_state.json"
-        if sub.is_dir() and p.is_file():
+        if os.path.isdir(sub) and os.path.isfile(p):
             nums = re.findall(r"\d+", sub.name)
             ck.append((int(nums[-1]) if nums else -1, p))
     if ck:
@@ -202,7 +211,7 @@ def _trainer_state_log(run: Path) -> Path | None:
 
 def _generic_log(run: Path) -> Path | None:
     for name in LOG_NAMES:
-        if (run / name).is_file():
+        if os.path.isfile(run / name):
             return run / name
     for pattern in ("*.jsonl", "*.csv"):
         cands = sorted(run.glob(pattern))
@@ -211,25 +220,42 @@ def _generic_log(run: Path) -> Path | None:
     return _newest(list(run.glob(TB_EVENTS)))
 
 
+def _listing(folder: Path) -> list[Path]:
+    """The entries of a folder; none when it cannot be listed (the log search is best effort)."""
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
 def _last_logged_step(path: Path) -> int:
     try:
-        st = json.loads(path.read_text())
-        return int(st.get("global_step") or max(e.get("step", -1) for e in st["log_history"]))
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+        st = parse_json(path.read_bytes())
+        step = st.get("global_step") or max(e.get("step", -1) for e in st["log_history"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # JsonError is a ValueError
         return -1  # unreadable: ranked last, read_log will say what is wrong
+    return -1 if as_step(step) is None else as_step(step)
 
 
 def read_log(path: str | Path) -> LossCurve:
     """Read a log file (format from its name/content).  Unreadable files give an empty curve with a
-    note; bad lines are skipped with a note (at most a few are named, then counted)."""
+    note; bad lines are skipped with a note (at most a few are named, then counted).  This is the
+    log's containment boundary: whatever its content does to a parser, the result is a note."""
     path = Path(path)
     notes: list[str] = []
+    try:
+        return _read_log(path, notes)
+    except OSError as e:
+        notes.append(f"{path}: cannot read ({e.strerror or e})")
+    except Exception as e:  # noqa: BLE001 -- any failure on a log's content is a note, never a crash
+        notes.append(f"{path}: not read ({describe(e)})")
+    return LossCurve(path, np.zeros(0, np.int64), np.zeros(0), notes=notes)
+
+
+def _read_log(path: Path, notes: list[str]) -> LossCurve:
     if path.is_dir() or fnmatch.fnmatch(path.name, TB_EVENTS):
         return _curve(path, _rows_tensorboard(path, notes), notes)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        return LossCurve(path, np.zeros(0, np.int64), np.zeros(0), notes=[f"{path}: cannot read ({e.strerror})"])
+    text = path.read_text(errors="replace")
     if path.suffix == ".csv":
         rows = _rows_csv(text, path, notes)
     elif path.suffix == ".json":
@@ -245,8 +271,6 @@ def load_curve(run_dir: str | Path, log_file: str | Path | None = None,
     p = find_log(run_dir, log_file, patterns)
     if p is None:
         return None
-    if not p.exists():
-        return LossCurve(p, np.zeros(0, np.int64), np.zeros(0), notes=[f"{p}: no such log file"])
     return read_log(p)
 
 
@@ -291,13 +315,13 @@ def _row(obj: dict, *, null_is_nan: bool) -> dict | None:
         return None
     if not has_step:
         raise _Bad("loss without a step")
-    st = _num(step, null_is_nan=False)
-    if st is None or not math.isfinite(st) or st != int(st) or st < 0:
-        raise _Bad(f"bad step {step!r}")
+    st = as_step(_num(step, null_is_nan=False))
+    if st is None:
+        raise _Bad(f"bad step {str(step)[:40]!r}")
     lv = _num(loss, null_is_nan=null_is_nan)
     if lv is None:
         return None
-    row = {"step": int(st), "loss": lv}
+    row = {"step": st, "loss": lv}
     for key, names in (("grad_norm", GRAD_KEYS), ("lr", LR_KEYS)):
         ok, v = _pick(obj, names)
         if ok:
@@ -332,12 +356,15 @@ def _rows_jsonl(text: str, path: Path, notes: list[str]) -> list[dict]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = parse_json(line)
             if not isinstance(obj, dict):
                 raise _Bad("not a JSON object")
             r = _row(obj, null_is_nan=True)
-        except (json.JSONDecodeError, _Bad) as e:
-            sink.add(f"line {i}", str(e) if isinstance(e, _Bad) else "invalid JSON")
+        except JsonError as e:
+            sink.add(f"line {i}", "invalid JSON" if "not valid JSON" in str(e) else f"JSON {e}")
+            continue
+        except _Bad as e:
+            sink.add(f"line {i}", str(e))
             continue
         if r is not None:
             rows.append(r)
@@ -347,11 +374,11 @@ def _rows_jsonl(text: str, path: Path, notes: list[str]) -> list[dict]:
 
 def _rows_trainer_state(text: str, path: Path, notes: list[str]) -> list[dict]:
     try:
-        st = json.loads(text)
+        st = parse_json(text)
         hist = st["log_history"]
         if not isinstance(hist, list):
             raise TypeError
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (JsonError, KeyError, TypeError):
         # maybe JSON lines with a .json name
         rows = _rows_jsonl(text, path, notes)
         if not rows:

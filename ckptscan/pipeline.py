@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,15 +28,18 @@ import torch
 from ckptscan import monitors as registry
 from ckptscan.activation_stage import ReplayState, activation_values
 from ckptscan.discover import Checkpoint, Skipped
-from ckptscan.errors import CkptscanError, LayoutError, ReplayError
+from ckptscan.errors import CkptscanError, InputError, ReplayError, UsageError, unexpected
 from ckptscan.layouts import find_config, resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
+from ckptscan.limits import BUDGET_ENV, memory_budget, size_text
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams, Workspace
 from ckptscan.monitors.numerics import nonfinite_count
 from ckptscan.readers import open_checkpoint
+from ckptscan.readers._common import file_stat
 from ckptscan.readers.torchfile import TorchSource
 from ckptscan.replay import find_replay
+from ckptscan.replay_check import ReplayChecker
 from ckptscan.timeline import load_part, save_part
 
 # Bump when a monitor's definition changes: old part files are then recomputed.
@@ -97,14 +100,13 @@ class CheckpointResult:
     layout: Layout | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)  # e.g. a broken replay file
+    outside: list[str] = field(default_factory=list)  # files read outside the run (symlinks, HDF5 external)
 
 
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        from ckptscan.errors import UsageError
-
         raise UsageError("--device cuda: no CUDA device is available")
     return device
 
@@ -116,14 +118,18 @@ def checkpoint_config(ckpt_path: Path, src, run_dir: Path, opt: Options) -> tupl
                        hparams=hparams)
 
 
-def file_identity(src, config_path: str | None) -> dict:
-    """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
+def _weight_files(src) -> dict[str, Path]:
+    """The files the checkpoint's tensors live in: name relative to the checkpoint -> path."""
     folder = Path(src.path)
     base = folder if folder.is_dir() else folder.parent
-    files = sorted({info.file for info in src.infos().values()})
+    return {rel: base / rel if not Path(rel).is_absolute() else Path(rel)
+            for rel in sorted({info.file for info in src.infos().values()})}
+
+
+def file_identity(src, config_path: str | None) -> dict:
+    """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
     ident = {}
-    for rel in files:
-        p = base / rel if not Path(rel).is_absolute() else Path(rel)
+    for rel, p in _weight_files(src).items():
         try:
             st = p.stat()
             ident[rel] = [st.st_size, st.st_mtime_ns]
@@ -149,6 +155,9 @@ class Analyzer:
         self.reference_ids: np.ndarray | None = None
         self.layout_desc: dict | None = None
         self.layout_key = None
+        self.budget = memory_budget()  # per checkpoint (limits.py); a bad setting is a usage error here
+        self.replay_checker = ReplayChecker()  # its worker process starts with the first replay file
+        self._replay_checked: dict[Path, tuple[tuple[int, int], list[str]]] = {}  # file_stat, outside
         _remove_stale_temporaries(self.parts_dir)
         if options.layout_file is not None:
             self.layout_key = Path(options.layout_file).read_bytes().hex()[:64]
@@ -177,59 +186,117 @@ class Analyzer:
                 layout.notes.append(f"model config from {config_path}")
             if self.layout_desc is None:
                 self.layout_desc = layout.describe()
+            outside = self._outside(_weight_files(src).values())
             if stored is not None:
-                values, findings, extras, skipped = stored
-                self.prev = _Prev(ckpt, identity)
-                self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
-                return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped)
+                return self._reused(ckpt, identity, replay_path, layout, outside, *stored)
 
+            check_memory(layout, self.budget)
             with self._open_prev() as prev_weights:
                 weights = _Weights(self, src, layout)
                 values, findings, grams = self._compute(weights, layout, prev_weights, ckpt.step)
-                extras, skipped = self._activations(replay_path, layout, weights, prev_weights, values)
-            meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped]}
-            save_part(part, identity, values, extra={"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras})
+                extras, skipped, external = self._activations(replay_path, layout, weights, prev_weights,
+                                                              values)
+            now = {"files": file_identity(src, config_path), "replay": _stat_identity(replay_path)}
+            if any(now[k] != identity[k] for k in now):
+                raise InputError("changed while it was being read (a save in progress?); it is analysed on the "
+                                 "next run", ckpt.path)
+            meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped], "outside": external}
+            extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
+            save_part(part, identity, values, extra=extra)
             self.prev = _Prev(ckpt, identity, grams)
-            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped)
+            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped,
+                                    outside + external)
+
+    def _reused(self, ckpt, identity, replay_path, layout, outside, values, findings, extras, meta):
+        """The result of a checkpoint whose stored part is reused (see ``_try_reuse``)."""
+        skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
+        self.prev = _Prev(ckpt, identity)
+        self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
+        return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped,
+                                outside + meta.get("outside", []))
 
     def _activations(self, replay_path, layout, weights, prev_weights, values):
-        """The activation side (when this checkpoint has a replay file); a broken file is skipped."""
+        """The activation side (when this checkpoint has a replay file): ``(extras, skipped, external
+        files outside the run it reads)``.  This is the replay file's containment boundary: the file is
+        first read through in a worker with a time limit (``replay_check``), and a file refused there,
+        or any failure while it is used, loses only the activation side of this checkpoint (one
+        skipped entry naming the file).  A problem of the weights themselves is the checkpoint's."""
         if replay_path is None:
             self.replay_prev = None
-            return {}, []
+            return {}, [], []
         n_layers = layout.n_layers
         act: dict[str, np.ndarray] = {}
         try:
+            external = self._checked_replay(replay_path)
+            prev = self.replay_prev
+            if prev is not None and not self._replay_is_checked(prev.path):
+                prev = None  # changed, or gone, since it was checked: no activation increments
             state, ids, extras = activation_values(
-                replay_path, layout, weights, self.replay_prev, prev_weights, self.reference_ids,
+                replay_path, layout, weights, prev, prev_weights, self.reference_ids,
                 functools.partial(_put, act, n_layers), self.device,
             )
         except ReplayError as e:
             self.replay_prev = None
-            return {}, [Skipped(str(replay_path), f"replay file not used: {e.message}")]
+            return {}, [Skipped(str(replay_path), f"replay file not used: {e.message}")], []
+        except CkptscanError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- the replay file's containment boundary (docstring)
+            self.replay_prev = None
+            return {}, [Skipped(str(replay_path), f"replay file not used: {unexpected(e)}")], []
         if self.reference_ids is None and ids is not None:
             self.reference_ids = ids
         self.replay_prev = state
         values.update(act)
-        return extras, []
+        return extras, [], external
+
+    def _checked_replay(self, path: Path) -> list[str]:
+        """Read ``path`` through in the worker unless it was, unchanged, already; the external files it
+        reads outside the run.  ReplayError when it must not be used."""
+        try:
+            stat = file_stat(path)
+        except InputError as e:  # gone since it was found
+            raise ReplayError(e.message, path) from None
+        if self._replay_checked.get(path, (None,))[0] != stat:
+            external = self.replay_checker.check(path, self.budget)
+            self._replay_checked[path] = (stat, self._outside(external))
+        return self._replay_checked[path][1]
+
+    def _replay_is_checked(self, path: Path) -> bool:
+        try:
+            self._checked_replay(path)
+        except CkptscanError:
+            return False
+        return True
+
+    def _outside(self, paths) -> list[str]:
+        """The paths, symlinks resolved, that lie outside the run directory (read, but worth a note)."""
+        run = self.run_dir.resolve()
+        out = []
+        for p in paths:
+            real = Path(p).resolve()
+            if real != run and run not in real.parents:
+                out.append(str(real))
+        return out
 
     def _try_reuse(self, part: Path, identity: dict):
+        """(values, findings, extras, meta) of a stored part whose identity matches, else None; a part
+        that cannot be read is recomputed."""
         if not part.exists():
             return None
         try:
             ident, values, extras = load_part(part)
-        except ValueError:
+            if ident != json.loads(json.dumps(identity)):
+                return None
+            meta = json.loads(bytes(extras.pop("meta")).decode()) if "meta" in extras else {}
+        except ValueError:  # a torn or foreign file (json's errors are ValueErrors too)
             return None
-        if ident != json.loads(json.dumps(identity)):
-            return None
-        meta = json.loads(bytes(extras.pop("meta")).decode()) if "meta" in extras else {}
-        skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
-        return values, meta.get("findings", []), extras, skipped
+        return values, meta.get("findings", []), extras, meta
 
     @contextlib.contextmanager
     def _open_prev(self):
-        """The previous analysed checkpoint's tensors (``_Weights``), or None when there is none or
-        it cannot be read any more (then there is simply no increment)."""
+        """The previous analysed checkpoint's tensors (``_Weights``), or None when there is none, it
+        cannot be read any more, or its files changed since it was analysed (then there is simply no
+        increment, and the part's identity makes the next run recompute it)."""
         if self.prev is None:
             yield None
             return
@@ -240,9 +307,12 @@ class Analyzer:
             return
         with src:
             try:
-                config, _ = checkpoint_config(self.prev.ckpt.path, src, self.run_dir, self.opt)
+                config, config_path = checkpoint_config(self.prev.ckpt.path, src, self.run_dir, self.opt)
                 layout = resolve_layout(src.infos(), config, self.opt.layout_file, self.opt.model_overrides)
             except CkptscanError:
+                yield None
+                return
+            if file_identity(src, config_path) != self.prev.identity["files"]:
                 yield None
                 return
             yield _Weights(self, src, layout)
@@ -317,6 +387,37 @@ class Analyzer:
         return values, findings, grams
 
 
+# bytes per q/k weight element of the attention block being analysed, at its peak: float32 copies of
+# this and the previous checkpoint's block and of the next block read ahead (4 x 4), the stored
+# tensors they are converted from (up to 2 x 4), and the float64 copies and differences the Gram
+# products use (4 x 8)
+BYTES_PER_WEIGHT = 56
+BYTES_PER_GRAM_ENTRY = 8 * 12  # h x h float64 blocks per head: Grams, cross terms, the 2h x 2h cores
+
+
+def memory_needed(layout: Layout, b: AttnBlock) -> int:
+    """An estimate of the peak bytes one checkpoint's analysis needs while it computes block ``b``:
+    the block's share (``BYTES_PER_WEIGHT``, ``BYTES_PER_GRAM_ENTRY``) plus every per-layer result
+    array (one float32 per layer, head and monitor)."""
+    heads = b.n_heads + b.n_kv_heads
+    width = max((x.n_heads for x in layout.attention), default=1)
+    arrays = 4 * layout.n_layers * width * len(registry.REGISTRY)
+    block = BYTES_PER_WEIGHT * heads * b.head_dim * b.hidden + BYTES_PER_GRAM_ENTRY * heads * b.head_dim**2
+    return block + arrays
+
+
+def check_memory(layout: Layout, budget: int) -> None:
+    """Refuse (before anything is allocated) a checkpoint whose analysis would need more than the
+    memory ``budget`` (``limits.memory_budget``): a clear line instead of a MemoryError or the OOM killer."""
+    for b in layout.attention:
+        need = memory_needed(layout, b)
+        if need > budget:
+            raise InputError(f"{b.tensors[0]}: analysing layer {b.layer} ({b.n_heads} heads, "
+                             f"{b.n_kv_heads} kv heads, head_dim {b.head_dim}, hidden {b.hidden}, "
+                             f"{layout.n_layers} layers) needs about {size_text(need)}, more than the memory "
+                             f"budget of {size_text(budget)} (set {BUDGET_ENV} to allow more)")
+
+
 def _safe(load, *args):
     """A previous checkpoint's block, or None if it cannot be read (no increment then)."""
     try:
@@ -363,11 +464,21 @@ def prefetch(loads: list[Callable[[], object]]):
         yield pending.result()
 
 
+# the temporary name ``atomic_write`` gives a part file (``tempfile.mkstemp`` adds the random middle)
+_PART_TMP = re.compile(r"\.step_\d{12}\.npz\.[a-z0-9_]+\.tmp")
+
+
 def _remove_stale_temporaries(parts_dir: Path) -> None:
-    """A killed run can leave the temporary of an atomic write behind; it is never read, remove it."""
-    if parts_dir.is_dir():
-        for tmp in parts_dir.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
+    """A killed run can leave the temporary of a part file's atomic write behind; it is never read.
+    Only files named exactly as this code names them are removed, in the parts folder (which
+    ``check_outputs`` keeps outside the evidence); a cleanup that fails is left for the next run."""
+    try:
+        stale = [p for p in parts_dir.iterdir() if _PART_TMP.fullmatch(p.name) and p.is_file()]
+    except OSError:
+        return
+    for tmp in stale:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _finite(*ts) -> bool:
@@ -386,36 +497,72 @@ def run_analysis(
     on_progress: Callable[[int, Checkpoint, str], None] | None = None,
     debug: bool = False,
 ) -> tuple[list[CheckpointResult], list[Skipped], dict | None]:
-    """Analyse every checkpoint; a checkpoint that cannot be read is skipped with its reason."""
+    """Analyse every checkpoint; a checkpoint that cannot be read is skipped with its reason.
+
+    This loop is the containment boundary of a checkpoint: whatever reading or analysing one does
+    (a ``CkptscanError`` naming the problem, or any exception a crafted file provokes in a library),
+    that checkpoint is skipped with a one-line reason and the next one is analysed.  Only an
+    ``UsageError`` (an ``OutputError``: the results cannot be written; a bad option) ends the run, and
+    ``--debug`` stops at the first problem with its traceback."""
     an = Analyzer(run_dir, out_dir, options)
     results: list[CheckpointResult] = []
     skipped: list[Skipped] = []
-    for i, ck in enumerate(checkpoints):
-        try:
-            res = an.process(ck)
-        except (CkptscanError, LayoutError) as e:
-            if debug:
+    try:
+        for i, ck in enumerate(checkpoints):
+            try:
+                res = an.process(ck)
+            except UsageError:  # an option or the output location is wrong: every checkpoint would fail
                 raise
-            # keep the file the error names when it is one inside the checkpoint (a shard, config.json)
-            reason = e.message if e.path in (None, str(ck.path)) else str(e)
-            skipped.append(Skipped(str(ck.path), reason))
-            status = "skipped"
-        else:
-            results.append(res)
-            skipped.extend(res.skipped)
-            status = "reused" if res.reused else "analysed"
-        if on_progress:
-            on_progress(i, ck, status)
+            except Exception as e:  # the containment boundary: see the docstring
+                if debug:
+                    raise
+                skipped.append(Skipped(str(ck.path), _reason(e, ck)))
+                status = "skipped"
+            else:
+                results.append(res)
+                skipped.extend(res.skipped)
+                status = "reused" if res.reused else "analysed"
+            if on_progress:
+                on_progress(i, ck, status)
+    finally:
+        an.replay_checker.close()
     return results, skipped, an.layout_desc
 
 
-def check_out_dir(out_dir: Path, run_dir: Path) -> None:
-    """Evidence is read-only: the output folder must not be inside the run directory."""
-    from ckptscan.errors import UsageError
+def _reason(err: Exception, ck: Checkpoint) -> str:
+    """One line for a skipped checkpoint: a CkptscanError's message (with the file it names when that
+    is one inside the checkpoint: a shard, config.json), else what was raised."""
+    if not isinstance(err, CkptscanError):
+        return unexpected(err)
+    return err.message if err.path in (None, str(ck.path)) else str(err)
 
-    o = out_dir.resolve()
-    r = run_dir.resolve()
-    if o == r or r in o.parents:
-        raise UsageError(f"output folder {out_dir} is inside the run directory {run_dir}: ckptscan never writes there; choose another with -o")
-    if os.path.exists(o) and not os.path.isdir(o):
+
+def baseline_out_dir(out_dir: Path, baseline: Path) -> Path:
+    """Where the results of a ``--baseline`` run are kept: inside this run's output folder."""
+    return out_dir / "baseline" / baseline.resolve().name
+
+
+# what ckptscan writes in an output folder (part files and their temporaries live in parts/)
+OUTPUT_ENTRIES = ("parts", "timeline.h5", "summary.json")
+
+
+def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, files: tuple = ()) -> None:
+    """Evidence is read-only, checked before anything is written: the output folder, every path written
+    in it (``OUTPUT_ENTRIES``) and each output file (``--html``, ``--junit``) must lie outside every
+    evidence folder (the run first, then a ``--baseline`` run).  None entries are ignored.  Paths are
+    compared resolved, so a symlink into the run is refused too."""
+    written = [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)]
+    written += [(None, Path(f)) for f in files if f is not None]
+    for i, folder in enumerate(Path(e) for e in evidence if e is not None):
+        inside = folder.resolve()
+        for out, path in written:
+            p = path.resolve()
+            if p != inside and inside not in p.parents:
+                continue
+            what = f"output {path}" if out is None else f"output folder {out}"
+            what += f" (its {path.name})" if out is not None and path != out else ""
+            whose = "the run directory" if i == 0 else "the baseline run"
+            raise UsageError(f"{what} is inside {whose} {folder}: ckptscan never writes there; choose "
+                             f"another location")
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output path {out_dir} exists and is not a folder")

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ckptscan.errors import OutputError
+
 TIMELINE_FORMAT = "ckptscan-timeline/1"
 
 
@@ -93,8 +95,24 @@ class Timeline:
 
 
 def atomic_write(path: Path, data: bytes | str | None = None, writer=None) -> None:
-    """Write a file so that readers see the old or the new content, never a torn one."""
+    """Write a file so that readers see the old or the new content, never a torn one.  A file system
+    that refuses the write (read-only, full, no permission) is an ``OutputError`` naming the path."""
     path = Path(path)
+    try:
+        _atomic_write(path, data, writer)
+    except OSError as err:
+        raise OutputError(f"cannot write: {err.strerror or err}", path) from err
+
+
+def make_dir(path: Path) -> None:
+    """``mkdir -p`` for an output folder, an ``OutputError`` naming it when the file system refuses."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot create the output folder: {err.strerror or err}", path) from err
+
+
+def _atomic_write(path: Path, data: bytes | str | None, writer) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -111,7 +129,7 @@ def atomic_write(path: Path, data: bytes | str | None = None, writer=None) -> No
     except BaseException:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:  # gone already, or the file system refuses even that: the first error counts
             pass
         raise
 

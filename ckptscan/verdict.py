@@ -23,17 +23,17 @@ def _layers(timeline) -> int:
 def _reference_timeline(baseline, analyze_kwargs: dict | None):
     """Analyse the healthy reference run (results cached beside this run's output folder)."""
     from ckptscan.api import analyze
+    from ckptscan.pipeline import baseline_out_dir
 
     kw = dict(analyze_kwargs or {})
     out = kw.pop("out_dir", None)
     kw.pop("log_file", None)
     kw.pop("baseline", None)
     base = Path(baseline)
-    name = base.resolve().name
     if out is not None:
-        cache = Path(out) / "baseline" / name
+        cache = baseline_out_dir(Path(out), base)
     else:
-        cache = Path.cwd() / "ckptscan-out" / "baselines" / name
+        cache = Path.cwd() / "ckptscan-out" / "baselines" / base.resolve().name
     res = analyze(base, out_dir=cache, **{k: v for k, v in kw.items() if v is not None or k == "steps"})
     return res.timeline, str(cache)
 

@@ -30,6 +30,7 @@ from ckptscan.discover import STEP_PATTERNS, parse_step
 from ckptscan.errors import CkptscanError, FormatError, LayoutError, ReplayError
 from ckptscan.layouts import read_config, resolve_layout
 from ckptscan.layouts.userfile import load_layout_file
+from ckptscan.limits import JsonError, parse_json
 from ckptscan.readers._common import check_shards, load_weight_map
 from ckptscan.readers.base import TensorInfo
 from ckptscan.readers.safetensors_ import DTYPES, SafetensorsFile, parse_header
@@ -55,6 +56,24 @@ def scratch():
 
 def one_line(err: CkptscanError) -> None:
     assert "\n" not in err.message and err.message, repr(err.message)
+
+
+# ------------------------------------------------------------------------------------ bounded JSON
+
+
+@FAST
+@given(st.one_of(JSON.map(json.dumps), st.text(alphabet='[]{}",:0123456789-eE. \\ax', max_size=60),
+                 st.integers(0, 300).map(lambda n: "[" * n + "]" * n),
+                 st.integers(1, 400).map(lambda n: "-" + "7" * n)))
+def test_parse_json_is_json_within_limits(text):
+    """Anything in: the value ``json.loads`` gives, or a one-line JsonError (depth, integer length,
+    invalid JSON); a RecursionError or an int-conversion ValueError never escapes."""
+    try:
+        value = parse_json(text)
+    except JsonError as e:
+        assert "\n" not in str(e) and str(e).startswith(("is ", "holds ")), str(e)
+        return
+    assert json.dumps(value, sort_keys=True) == json.dumps(json.loads(text), sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------- step names

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from ckptscan.errors import ReplayError, UsageError
+from ckptscan.errors import OutputError, ReplayError, UsageError
 from ckptscan.record import ReplayRecorder, find_modules, write_replay
 from ckptscan.replay import FORMAT, ReplayFile, find_replay
 
@@ -360,7 +360,7 @@ def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="r.h5: cannot write: disk full"):
         write_replay(tmp_path / "r.h5", 1, _acts())
     assert list(tmp_path.iterdir()) == []
 

@@ -16,7 +16,6 @@ so a vision tower's ``hidden_size`` never shadows the language model's.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..limits import JsonError, parse_json
 
 CONFIG_PARENTS = 3  # folders above the run root searched for config.json
 CONFIG_NAME = "config.json"
@@ -91,6 +91,7 @@ class ConfigFacts:
     uses_rope: bool | None = None  # only from a layout file's [model] table
     fp8_block: tuple[int, int] = (128, 128)
     raw: dict = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)  # values present but unusable, for the layout notes
 
     @property
     def hints(self) -> set[str]:
@@ -150,6 +151,18 @@ def _as_float(v: Any) -> float | None:
         return None
 
 
+def _in_range(facts: ConfigFacts, key: str, raw: Any, lo: float, hi: float) -> float | None:
+    """``raw`` as a float when ``lo < value <= hi`` (finite), else None with a note: a NaN, negative or
+    infinite RoPE base is not one, and the activation side must not compute with it."""
+    v = _as_float(raw)
+    if v is not None and math.isfinite(v) and lo < v <= hi:
+        return v
+    if raw is not None:
+        facts.ignored.append(f"config {key} = {str(raw)[:40]} ignored (not in ({lo:g}, {hi:g}]); "
+                             f"the default is used")
+    return None
+
+
 def read_config(config: dict | None) -> ConfigFacts:
     """Parse a config dict of any supported dialect into ``ConfigFacts``."""
     if not config:
@@ -180,11 +193,11 @@ def read_config(config: dict | None) -> ConfigFacts:
     theta = get["rope_theta"]
     if theta is None and rope_params:
         theta = rope_params.get("rope_theta")
-    facts.rope_theta = _as_float(theta)
+    facts.rope_theta = _in_range(facts, "rope_theta", theta, 0.0, math.inf)
     prf = get["partial_rotary_factor"]
     if prf is None and rope_params:
         prf = rope_params.get("partial_rotary_factor")
-    facts.partial_rotary_factor = _as_float(prf)
+    facts.partial_rotary_factor = _in_range(facts, "partial_rotary_factor", prf, 0.0, 1.0)
 
     qc = config.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("weight_block_size"), list | tuple):
@@ -207,9 +220,11 @@ def _lookup_dict(dicts: list[dict], keys: tuple[str, ...]) -> dict | None:
 def load_config_file(path: Path) -> dict:
     """A config.json as a dict; anything else is an InputError naming the file."""
     try:
-        cfg = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"invalid config.json: {e}", path) from None
+        cfg = parse_json(Path(path).read_bytes())
+    except OSError as e:
+        raise InputError(f"invalid config.json: cannot read it ({e.strerror or e})", path) from None
+    except JsonError as e:
+        raise InputError(f"invalid config.json: the file {e}", path) from None
     if not isinstance(cfg, dict):
         raise InputError("invalid config.json: not a JSON object", path)
     return cfg

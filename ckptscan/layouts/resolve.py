@@ -88,9 +88,9 @@ def _match_family(fam: Family, index: NameIndex) -> dict[str, dict[str, dict[int
                 orig = index.original[n]
                 if "layer" in pat.groupindex:
                     by_prefix.setdefault(int(m.group("layer")), Ref(orig))
-                else:  # stacked over layers: the leading axis is the layer
+                else:  # stacked over layers: the leading axis is the layer (an empty slice is none)
                     shape = index.infos[orig].shape
-                    for layer in range(shape[0] if len(shape) >= 2 else 0):
+                    for layer in range(shape[0] if len(shape) >= 2 and math.prod(shape[1:]) else 0):
                         by_prefix.setdefault(layer, Ref(orig, layer))
     return found
 
@@ -144,7 +144,7 @@ class Builder:
 
     def __init__(self, infos: dict[str, TensorInfo], facts: ConfigFacts, m: Matches):
         self.infos, self.facts, self.m, self.fam = infos, facts, m, m.family
-        self.notes: list[str] = list(m.notes)
+        self.notes: list[str] = [*m.notes, *facts.ignored]
         self._noted: set[str] = set()
 
     # -- helpers
@@ -184,6 +184,8 @@ class Builder:
         s = self.shape(name)
         if len(s) != 2:
             raise LayoutError(f"{name} has shape {list(s)}, expected a 2-D weight matrix")
+        if 0 in s:
+            raise LayoutError(f"{name} has shape {list(s)}: an empty weight matrix")
         return s[0], s[1]
 
     def numel(self, name: str) -> int:
@@ -344,6 +346,9 @@ class Builder:
                 self._attn(layer, rope_load, H, 1, rope, d, name="attn_rope", rope=True)]
 
     def _attn(self, layer, load, H, G, h, d, name="attn", rope=None) -> AttnBlock:
+        if h > d:  # an h x h Gram per head: bounded by the bytes present only while h <= d
+            raise LayoutError(f"{load.names()[0]}: head_dim {h} is larger than the hidden size {d}: not an "
+                              f"attention head ({H} heads; is the head count right?)")
         if rope is None:
             rope = self.uses_rope()
         return AttnBlock(layer=layer, n_heads=H, n_kv_heads=G, head_dim=h, hidden=d, tensors=load.names(),
@@ -386,6 +391,7 @@ class Builder:
         kinds = {"separate": (self.separate, ("q", "k")), "qkv": (self.qkv, ("qkv",)),
                  "falcon": (self.falcon, ("qkv",)), "mla": (self.mla, ("kv_a", "kv_b"))}
         make, need = kinds[fam.attn]
+        self._check_layer_indices()
         layers = sorted(set().union(*(self.m.roles.get(r, {}) for r in need)))
         attention: list[AttnBlock] = []
         for layer in layers:
@@ -397,6 +403,8 @@ class Builder:
             attention.extend(make(layer))
         hidden = attention[0].hidden if attention else self.facts.hidden_size
         routers = [self.router(layer, hidden, routing) for layer in sorted(self.m.roles.get("router", {}))]
+        if not attention and not routers:  # only stacked tensors can match without a layer: empty ones
+            raise LayoutError(f"the {fam.name} tensors stacked over layers are empty: no layer to analyse")
         for bl in self.m.roles.get("router_bias", {}):
             if bl not in self.m.roles.get("router", {}):
                 raise LayoutError(f"{self.name('router_bias', bl)} found but no router weight for layer {bl}")
@@ -407,6 +415,17 @@ class Builder:
         self.notes.extend(fam.notes)
         return Layout(family=fam.name, config=self.model_config(attention, routers), attention=attention,
                       routers=routers, notes=self.notes)
+
+    def _check_layer_indices(self) -> None:
+        """Layers 0..L-1 each hold tensors of their own, so a layer index at or above the number of
+        tensors present (``layers.999999999``) is not a real one; it would size every per-layer array
+        of the analysis.  (A layer of a stacked tensor is a slice of bytes that are present.)"""
+        n = len(self.infos)
+        for by_layer in self.m.roles.values():
+            for layer, name in by_layer.items():
+                if layer >= n and not (isinstance(name, Ref) and name.index is not None):
+                    raise LayoutError(f"{name} names layer {layer}, but the checkpoint holds only {n} "
+                                      f"tensors: not a layer index")
 
     def model_config(self, attention: list[AttnBlock], routers: list[RouterBlock]) -> ModelConfig:
         f = self.facts

@@ -160,8 +160,8 @@ def match_roles(u: UserLayout, names: list[str]) -> dict[str, dict[int, str]]:
                 try:
                     hits.setdefault(int(g), n)
                 except (TypeError, ValueError):
-                    raise LayoutError(f"[roles] {role}: group matched {g!r} in {n}, not a layer number",
-                                      u.path) from None
+                    raise LayoutError(f"[roles] {role}: group matched {str(g)[:20]!r} in {n[:200]}, not a "
+                                      f"layer number", u.path) from None
         if not hits:
             raise LayoutError(f"[roles] {role} = {pat.pattern!r} matches no tensor "
                               f"(e.g. {', '.join(names[:3])})", u.path)

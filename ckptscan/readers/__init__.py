@@ -37,7 +37,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptscan.errors import CkptscanError, FormatError
+from ckptscan.errors import CkptscanError, FormatError, unexpected
 from ckptscan.readers._common import check_shards, file_size, load_weight_map, os_error, safe_member
 from ckptscan.readers.base import TensorInfo, TensorSource
 from ckptscan.readers.dcp import METADATA_FILE, DcpSource, load_metadata
@@ -227,6 +227,8 @@ def is_complete(path: Path) -> tuple[bool, str]:
         _check_complete(plan)
     except CkptscanError as err:
         return False, str(err)
+    except Exception as err:  # noqa: BLE001 -- discovery's containment boundary: the entry is skipped
+        return False, unexpected(err, path)
     return True, ""
 
 

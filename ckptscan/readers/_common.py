@@ -6,7 +6,6 @@ or a vanished file becomes a one-line ``InputError`` naming the path, never a tr
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from typing import BinaryIO
 import torch
 
 from ckptscan.errors import FormatError, InputError
+from ckptscan.limits import JsonError, check_backed, parse_json
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -45,6 +45,30 @@ def file_size(path: Path) -> int:
         raise os_error(path, err) from err
 
 
+def file_stat(path: Path) -> tuple[int, int]:
+    """(size, mtime in ns): what tells a file that was re-saved while it was read."""
+    try:
+        st = path.stat()
+    except OSError as err:
+        raise os_error(path, err) from err
+    return st.st_size, st.st_mtime_ns
+
+
+def check_unchanged(path: Path, before: tuple[int, int]) -> None:
+    """FormatError when ``path`` is no longer the file whose ``file_stat`` was ``before``."""
+    if file_stat(path) != before:
+        raise FormatError("file changed while it was being read (its size or mtime differ from when it was "
+                          "opened): re-saved in place?", path)
+
+
+def backed(t: torch.Tensor, name: str, path: Path) -> torch.Tensor:
+    """``t`` when it holds the bytes its shape claims (``limits.check_backed``), else FormatError."""
+    why = check_backed(t)
+    if why is not None:
+        raise FormatError(f"tensor {name!r} {why}", path)
+    return t
+
+
 def safe_member(folder: Path, rel: object, index_file: Path) -> Path:
     """Resolve a shard name taken from an index file, refusing anything outside ``folder``.
 
@@ -69,9 +93,9 @@ def load_weight_map(index_file: Path) -> dict[str, str]:
     with open_binary(index_file) as f:
         raw = f.read()
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise FormatError(f"index is not valid JSON ({err})", index_file) from err
+        doc = parse_json(raw)
+    except JsonError as err:
+        raise FormatError(f"index {err}", index_file) from None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise FormatError("index has no 'weight_map' object (name -> shard file)", index_file)
@@ -86,7 +110,11 @@ def check_shards(folder: Path, weight_map: dict[str, str], index_file: Path) -> 
     shards: dict[str, Path] = {}
     for rel in dict.fromkeys(weight_map.values()):
         p = safe_member(folder, rel, index_file)
-        if not p.is_file():
+        try:
+            present = p.is_file()
+        except OSError as err:  # a name too long for the file system, a loop...
+            raise FormatError(f"index names shard {rel[:80]!r}: {err.strerror or err}", index_file) from err
+        if not present:
             raise FormatError(f"checkpoint incomplete: shard {rel} missing", index_file)
         shards[rel] = p
     return shards

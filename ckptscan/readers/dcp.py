@@ -28,7 +28,7 @@ from typing import Self
 import torch
 
 from ckptscan.errors import FormatError
-from ckptscan.readers._common import dtype_name, file_size, open_binary, safe_member
+from ckptscan.readers._common import backed, dtype_name, file_size, open_binary, safe_member
 from ckptscan.readers.base import TensorInfo
 
 METADATA_FILE = ".metadata"
@@ -99,7 +99,45 @@ def load_metadata(folder: Path) -> object:
         raise FormatError("not a DCP Metadata pickle", path)
     if not isinstance(meta.storage_data, dict):
         raise FormatError("DCP metadata has no storage_data (not written by FileSystemWriter?)", path)
+    _check_types(meta, dcp_meta, path)
     return meta
+
+
+def _ints(v: object, n: int | None = None) -> bool:
+    """A sequence of non-negative ints (of length ``n`` when given)."""
+    return (isinstance(v, (tuple, list)) and (n is None or len(v) == n)
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v))
+
+
+def _check_types(meta: object, dcp_meta: ModuleType, path: Path) -> None:
+    """The unpickled objects have the types the reader relies on: an allow-listed class can still carry
+    any value in its fields (``chunks=None``, a string size), which would fail far from here."""
+    for fqn, md in meta.state_dict_metadata.items():
+        if isinstance(md, dcp_meta.TensorStorageMetadata) and not _tensor_ok(fqn, md):
+            raise FormatError(f"DCP metadata of tensor {str(fqn)[:80]!r} has fields of the wrong type or "
+                              f"rank (size, dtype, chunks offsets/sizes)", path)
+    for idx, info in meta.storage_data.items():
+        if not _storage_ok(idx, info):
+            raise FormatError(f"DCP storage entry {str(getattr(idx, 'fqn', idx))[:80]!r} has fields of the "
+                              f"wrong type (fqn, offset, relative_path, byte offset and length)", path)
+
+
+def _tensor_ok(fqn: object, md: object) -> bool:
+    size, chunks = getattr(md, "size", None), getattr(md, "chunks", None)
+    dtype = getattr(getattr(md, "properties", None), "dtype", None)
+    if not (isinstance(fqn, str) and _ints(size) and isinstance(chunks, list)
+            and isinstance(dtype, torch.dtype)):
+        return False
+    rank = len(size)
+    return all(_ints(getattr(c, "offsets", None), rank) and _ints(getattr(c, "sizes", None), rank)
+               for c in chunks)
+
+
+def _storage_ok(idx: object, info: object) -> bool:
+    offset = getattr(idx, "offset", None)
+    return (isinstance(getattr(idx, "fqn", None), str) and (offset is None or _ints(offset))
+            and isinstance(getattr(info, "relative_path", None), str)
+            and _ints([getattr(info, "offset", None), getattr(info, "length", None)]))
 
 
 class DcpSource:
@@ -149,27 +187,38 @@ class DcpSource:
         size, dtype = tuple(md.size), md.properties.dtype
         if math.prod(size) == 0:
             return torch.empty(size, dtype=dtype)
-        covered = 0
-        full: torch.Tensor | None = None
+        self._check_chunks(name, md, size, dtype)  # before anything of the declared size is allocated
+        if len(md.chunks) == 1:
+            return self._load_chunk(name, md.chunks[0], size, dtype)
+        full = torch.empty(size, dtype=dtype)
         for chunk in md.chunks:
             offs, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
-            if len(offs) != len(size) or any(o < 0 or o + s > d for o, s, d in zip(offs, sizes, size)):
+            where = tuple(slice(o, o + s) for o, s in zip(offs, sizes))
+            full[where] = self._load_chunk(name, chunk, sizes, dtype)
+        return full
+
+    def _check_chunks(self, name: str, md: object, size: tuple[int, ...], dtype: torch.dtype) -> None:
+        """The chunks lie inside the tensor, cover exactly its elements, and each has at least the bytes
+        of its elements stored: the declared size is backed by the files before it is allocated."""
+        covered = 0
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        for chunk in md.chunks:
+            offs, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
+            if any(o + s > d for o, s, d in zip(offs, sizes, size)):
                 raise FormatError(
                     f"tensor {name!r}: chunk {list(offs)}+{list(sizes)} lies outside {list(size)}",
                     self._meta_path,
                 )
-            part = self._load_chunk(name, chunk, sizes, dtype)
-            covered += math.prod(sizes)
-            if sizes == size and len(md.chunks) == 1:
-                return part
-            if full is None:
-                full = torch.empty(size, dtype=dtype)
-            full[tuple(slice(o, o + s) for o, s in zip(offs, sizes))] = part
-        if covered != math.prod(size) or full is None:
+            n = math.prod(sizes)
+            stored = self._storage_info(name, chunk).length
+            if n * itemsize > stored:
+                raise FormatError(f"tensor {name!r}: chunk {list(offs)} of {n} elements is stored in "
+                                  f"{stored} bytes, fewer than its {n * itemsize}", self._meta_path)
+            covered += n
+        if covered != math.prod(size):
             raise FormatError(
                 f"tensor {name!r}: chunks cover {covered} of {math.prod(size)} elements", self._meta_path
             )
-        return full
 
     def _load_chunk(
         self, name: str, chunk: object, sizes: tuple[int, ...], dtype: torch.dtype
@@ -204,7 +253,7 @@ class DcpSource:
                 f"{tuple(part.shape)} {part.dtype}" if isinstance(part, torch.Tensor) else type(part).__name__
             )
             raise FormatError(f"tensor {name!r}: stored chunk is {got}, metadata says {sizes} {dtype}", path)
-        return part
+        return backed(part, name, path)
 
     def close(self) -> None:
         pass  # nothing held open: every read opens, reads and closes its file

@@ -29,7 +29,7 @@ from typing import Self
 import torch
 
 from ckptscan.errors import FormatError
-from ckptscan.readers._common import dtype_name, rel_name
+from ckptscan.readers._common import backed, check_unchanged, dtype_name, file_stat, rel_name
 from ckptscan.readers.base import TensorInfo
 from ckptscan.readers.torchfile import load_file
 
@@ -79,6 +79,15 @@ def _get(obj: object, *keys: str, path: Path) -> object:
     return obj
 
 
+def _shape(name: object, shape: object, path: Path) -> tuple[int, ...]:
+    """A ``param_shapes`` entry as a tuple of non-negative ints, else FormatError."""
+    dims = list(shape) if isinstance(shape, (list, tuple, torch.Size)) else None
+    if dims is None or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in dims):
+        raise FormatError(f"param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:80]}: not a list of "
+                          f"non-negative integers", path)
+    return tuple(dims)
+
+
 class ZeroSource:
     """A ``TensorSource`` over a ZeRO-3 folder: every parameter rebuilt from the ranks' fp32 partitions."""
 
@@ -99,11 +108,12 @@ class ZeroSource:
         offset = 0
         for group in groups:
             for name, shape in group.items():
-                shape = tuple(int(x) for x in shape)
+                shape = _shape(name, shape, models[0])
                 part = math.ceil(math.prod(shape) / self._world)
                 self._where[str(name)] = (shape, offset, part)
                 offset += part
         self._flat: dict[int, list[torch.Tensor]] = {}
+        self._stats: dict[int, tuple[int, int]] = {}  # the memory-mapped optimizer files, as loaded
 
     def infos(self) -> dict[str, TensorInfo]:
         file = rel_name(self.path, self._optims[0])
@@ -112,10 +122,11 @@ class ZeroSource:
     def _partitions(self, rank: int) -> list[torch.Tensor]:
         if rank not in self._flat:
             path = self._optims[rank]
+            self._stats[rank] = file_stat(path)
             groups = _get(load_zero_file(path), "optimizer_state_dict", "fp32_flat_groups", path=path)
             if not isinstance(groups, list) or not all(isinstance(t, torch.Tensor) for t in groups):
                 raise FormatError("fp32_flat_groups is not a list of tensors", path)
-            self._flat[rank] = groups
+            self._flat[rank] = [backed(t, f"fp32_flat_groups[{i}]", path) for i, t in enumerate(groups)]
         return self._flat[rank]
 
     def _slice(self, rank: int, offset: int, n: int) -> torch.Tensor:
@@ -135,11 +146,19 @@ class ZeroSource:
         if name not in self._where:
             raise KeyError(name)
         shape, offset, part = self._where[name]
-        flat = torch.cat([self._slice(r, offset, part) for r in range(self._world)])
+        pieces = [self._slice(r, offset, part) for r in range(self._world)]  # views into mapped files
+        self._check_unchanged()  # as torchfile does: a file rewritten in place must not fault the copy
+        flat = torch.cat(pieces)
+        self._check_unchanged()
         return flat[: math.prod(shape)].view(shape)
+
+    def _check_unchanged(self) -> None:
+        for rank, stat in self._stats.items():
+            check_unchanged(self._optims[rank], stat)
 
     def close(self) -> None:
         self._flat.clear()
+        self._stats.clear()
 
     def __enter__(self) -> Self:
         return self

@@ -2,29 +2,27 @@
 
 The header (8-byte little-endian length, then JSON) is parsed here rather than by the ``safetensors``
 package so that every defect of a broken or truncated file gets a precise one-line message (which
-tensor, which bytes), and so that tensor bytes come straight from a memory map of the file: reading one
-tensor touches only that tensor's pages, never the whole file.
-
-Returned tensors alias a private (copy-on-write) mapping of the file: the file itself can never be
-modified through them, but callers should still treat them as read-only (``.clone()`` before writing
-in place), because another ``read()`` of the same tensor may share those pages.
+tensor, which bytes).  Reading one tensor reads only that tensor's bytes, with a positioned read into
+memory the tensor owns (never a memory map of the evidence: see ``SafetensorsFile``), so the file can
+never be modified through a returned tensor.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import mmap
+import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import BinaryIO, Self
 
 import numpy as np
 import torch
 
 from ckptscan.errors import FormatError
+from ckptscan.limits import JsonError, parse_json
 from ckptscan.readers._common import (
     check_shards,
     file_size,
@@ -93,9 +91,9 @@ def parse_header(path: Path) -> Header:
             raise FormatError(f"header length {n} exceeds {MAX_HEADER_BYTES} bytes: corrupt file", path)
         raw = f.read(n)
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise FormatError(f"header is not valid JSON ({err})", path) from err
+        doc = parse_json(raw, unique_keys=True)
+    except JsonError as err:
+        raise FormatError(f"header {err}", path) from None
     if not isinstance(doc, dict):
         raise FormatError("header JSON is not an object", path)
     data_size = size - 8 - n
@@ -116,7 +114,7 @@ def _parse_entry(path: Path, name: str, spec: object, data_size: int) -> _Entry:
     if not isinstance(spec, dict):
         raise FormatError(f"tensor {name!r}: header entry is not an object", path)
     code, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
-    if code not in DTYPES:
+    if not isinstance(code, str) or code not in DTYPES:
         raise FormatError(f"tensor {name!r} has unknown dtype {code!r}", path)
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
         raise FormatError(f"tensor {name!r} has an invalid shape {shape!r}", path)
@@ -154,12 +152,18 @@ def _torch_dtype(code: str) -> torch.dtype | None:
 
 
 class SafetensorsFile:
-    """One parsed safetensors file; its memory map is opened on the first read."""
+    """One parsed safetensors file; tensors are read with positioned reads into memory they own.
+
+    Not memory-mapped: a mapped file that another process truncates or rewrites in place (a trainer
+    re-saving a checkpoint) kills the reader with SIGBUS on its next access.  A read instead sees the
+    file end early or its size or mtime change, and says so (``FormatError``)."""
 
     def __init__(self, path: Path):
         self.path = path
         self.header = parse_header(path)
-        self._mm: mmap.mmap | None = None
+        self._file: BinaryIO | None = None
+        self._stat: tuple[int, int] | None = None
+        self._lock = threading.Lock()  # the prefetch thread and the caller may read one file
 
     def dtype_name(self, name: str) -> str:
         return DTYPES[self.header.entries[name].code][0]
@@ -173,36 +177,51 @@ class SafetensorsFile:
             )
         if math.prod(e.shape) == 0:
             return torch.empty(e.shape, dtype=dt)
-        offset = self.header.data_start + e.begin
-        # Through numpy, not torch.frombuffer: a numpy array holds a buffer export of the mmap (so it
-        # cannot be unmapped under a live tensor: close() then gets BufferError) and torch.from_numpy
-        # keeps the array alive.  torch.frombuffer keeps neither, and a closed map would segfault.
-        raw = torch.from_numpy(
-            np.frombuffer(self._map(), dtype=np.uint8, count=e.end - e.begin, offset=offset)
-        )
-        if offset % DTYPES[e.code][1]:  # misaligned data (legal in the format, unusual): aligned copy
-            raw = raw.clone()
-        return raw.view(dt).reshape(e.shape)
+        buf = np.empty(e.end - e.begin, dtype=np.uint8)  # numpy's allocations are aligned for any dtype
+        self._read_into(buf, self.header.data_start + e.begin)
+        return torch.from_numpy(buf).view(dt).reshape(e.shape)
 
-    def _map(self) -> mmap.mmap:
-        if self._mm is None:
-            with open_binary(self.path) as f:
-                if file_size(self.path) != self.header.data_start + self.header.data_size:
-                    raise FormatError("file changed size since its header was read", self.path)
-                try:
-                    # ACCESS_COPY: a private mapping, so tensors are writable without touching the file.
-                    self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-                except OSError as err:
-                    raise os_error(self.path, err) from err
-        return self._mm
+    def _read_into(self, buf: np.ndarray, offset: int) -> None:
+        view = memoryview(buf)
+        with self._lock:
+            f = self._open()
+            try:
+                f.seek(offset)
+                got = 0
+                while got < len(view):
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                stat = _stat(f)
+            except OSError as err:
+                raise os_error(self.path, err) from err
+        if got < len(view) or stat != self._stat:
+            raise FormatError("file changed while it was being read (its size or mtime differ from when its "
+                              "header was read): re-saved in place?", self.path)
+
+    def _open(self) -> BinaryIO:
+        if self._file is None:
+            try:
+                f = open(self.path, "rb", buffering=0)  # noqa: SIM115 (kept open until close()); read-only
+            except OSError as err:
+                raise os_error(self.path, err) from err
+            stat = _stat(f)
+            if stat[0] != self.header.data_start + self.header.data_size:
+                f.close()
+                raise FormatError("file changed size since its header was read", self.path)
+            self._file, self._stat = f, stat
+        return self._file
 
     def close(self) -> None:
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:
-                pass  # tensors still alias it (via numpy); it is unmapped when the last one is freed
-            self._mm = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _stat(f: BinaryIO) -> tuple[int, int]:
+    st = os.fstat(f.fileno())
+    return st.st_size, st.st_mtime_ns
 
 
 class SafetensorsSource:

@@ -20,14 +20,13 @@ source                    where
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
 from ckptscan.errors import CkptscanError
+from ckptscan.limits import JsonError, as_step, parse_json
 from ckptscan.readers.dcp import METADATA_FILE, DcpSource
 from ckptscan.readers.torchfile import load_file
 
@@ -35,9 +34,7 @@ from ckptscan.readers.torchfile import load_file
 def _as_step(v: object) -> int | None:
     if isinstance(v, torch.Tensor) and v.numel() == 1:
         v = v.item()
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return int(v) if v >= 0 and v == int(v) else None
+    return as_step(v)
 
 
 def _load(path: Path) -> object | None:
@@ -55,8 +52,8 @@ def _key(obj: object, key: str) -> int | None:
 
 def _trainer_state(ckpt: Path) -> int | None:
     try:
-        return _key(json.loads((ckpt / "trainer_state.json").read_text()), "global_step")
-    except (OSError, UnicodeDecodeError, ValueError):
+        return _key(parse_json((ckpt / "trainer_state.json").read_bytes()), "global_step")
+    except (OSError, JsonError):
         return None
 
 
@@ -118,9 +115,14 @@ SOURCES: dict[str, Callable[[Path], int | None]] = {
 
 
 def recorded_step(ckpt: Path, sources: tuple[str, ...]) -> int | None:
-    """The first step one of ``sources`` finds in the checkpoint folder or file, else ``None``."""
+    """The first step one of ``sources`` finds in the checkpoint folder or file, else ``None``.  A
+    source that fails on what it reads, however it fails, has found nothing (the caller says what was
+    tried)."""
     for name in sources:
-        step = SOURCES[name](Path(ckpt))
+        try:
+            step = SOURCES[name](Path(ckpt))
+        except Exception:  # noqa: BLE001 -- the containment boundary of these small step readers
+            step = None
         if step is not None:
             return step
     return None

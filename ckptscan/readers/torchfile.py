@@ -10,9 +10,16 @@ the pages actually read are paged in.  Legacy (pre-zip) files cannot be mapped a
 memory; of those, only the most recently used shard is kept.  Loaded dicts are cached until close().
 Returned tensors may share storage with that cache: treat them as read-only (clone before writing).
 
+A memory-mapped file that another process rewrites in place would end the process with SIGBUS on
+the next access to a page of it, so ``read`` checks the file's size and mtime, copies the tensor out
+of the mapping and checks again (``FormatError`` when it changed); the copy is what the caller gets.
+Every tensor must hold the bytes its shape claims (``limits.check_backed``): a stride-0 view saved
+in a small file is refused rather than expanded.
+
 Which dict holds the weights: a plain state dict is used as is; a dict with a ``state_dict``
 (Lightning), ``module`` (DeepSpeed) or ``model`` mapping is unwrapped (first match in that order).
-Nested dicts are flattened with dot-joined names; non-tensor leaves are ignored.  Names are kept as
+Nested dicts (at most ``MAX_NESTING`` levels) are flattened with dot-joined names; non-tensor leaves
+are ignored.  Names are kept as
 stored (a Lightning ``model.`` prefix included): layout resolution interprets them.  A Lightning
 checkpoint's ``hyper_parameters`` are kept for the model config (``TorchSource.hyper_parameters``)
 only when the file was loaded with ``weights_only`` (never under ``--trust-pickle``).
@@ -32,9 +39,12 @@ import torch
 
 from ckptscan.errors import FormatError, InputError, UnsafePickleError
 from ckptscan.readers._common import (
+    backed,
     check_shards,
+    check_unchanged,
     dtype_name,
     file_size,
+    file_stat,
     load_weight_map,
     open_binary,
     os_error,
@@ -43,6 +53,7 @@ from ckptscan.readers._common import (
 from ckptscan.readers.base import TensorInfo
 
 WRAPPER_KEYS = ("state_dict", "module", "model")
+MAX_NESTING = 64  # dict levels in a state dict: real ones have a few
 HPARAMS_KEY = "hyper_parameters"  # Lightning
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -111,29 +122,34 @@ def extract_state_dict(obj: object, path: Path) -> dict[str, torch.Tensor]:
         inner = obj.get(key)
         if isinstance(inner, torch.nn.Module):
             inner = inner.state_dict()
-        if isinstance(inner, Mapping) and _has_tensor(inner):
-            obj = inner
-            break
-    out: dict[str, torch.Tensor] = {}
-    _flatten(obj, "", out)
+        if isinstance(inner, Mapping) and (out := _flatten(inner, path)):
+            return out
+    out = _flatten(obj, path)
     if not out:
         raise FormatError("contains no tensors", path)
     return out
 
 
-def _has_tensor(obj: object) -> bool:
-    if isinstance(obj, torch.Tensor):
-        return True
-    return isinstance(obj, Mapping) and any(_has_tensor(v) for v in obj.values())
-
-
-def _flatten(obj: Mapping, prefix: str, out: dict[str, torch.Tensor]) -> None:
-    for key, value in obj.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, torch.Tensor):
-            out[name] = value
-        elif isinstance(value, Mapping):
-            _flatten(value, name + ".", out)
+def _flatten(obj: Mapping, path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of nested mappings, depth first, names dot-joined (no recursion: a crafted file may
+    nest thousands of levels; more than ``MAX_NESTING`` is refused)."""
+    out: dict[str, torch.Tensor] = {}
+    stack = [("", iter(obj.items()))]
+    while stack:
+        prefix, items = stack[-1]
+        for key, value in items:
+            name = f"{prefix}{key}"
+            if isinstance(value, torch.Tensor):
+                out[name] = value
+            elif isinstance(value, Mapping):
+                if len(stack) >= MAX_NESTING:
+                    raise FormatError(f"state dict nests deeper than {MAX_NESTING} levels (at {name[:80]!r})",
+                                      path)
+                stack.append((name + ".", iter(value.items())))
+                break
+        else:
+            stack.pop()
+    return out
 
 
 class TorchSource:
@@ -156,6 +172,7 @@ class TorchSource:
         self._loaded: dict[str, dict[str, torch.Tensor]] = {}
         self._hparams: dict[str, Mapping] = {}
         self._legacy: set[str] = set()  # loaded without mmap: keep at most one of these in memory
+        self._mapped: dict[str, tuple[int, int]] = {}  # memory-mapped files -> their file_stat at load
         self._infos: dict[str, TensorInfo] | None = None
 
     @classmethod
@@ -181,6 +198,8 @@ class TorchSource:
                 for old in self._legacy:
                     self._loaded.pop(old, None)
                 self._legacy = {rel}
+            else:
+                self._mapped[rel] = file_stat(path)
             obj = load_file(path, self._trust)
             if not self._trust and isinstance(obj, Mapping) and isinstance(obj.get(HPARAMS_KEY), Mapping):
                 self._hparams[rel] = obj[HPARAMS_KEY]
@@ -234,16 +253,22 @@ class TorchSource:
             raise FormatError(
                 f"tensor {name!r} is listed in the index but missing from this shard", self._files[rel]
             )
+        path = self._files[rel]
         if t.layout != torch.strided or t.is_quantized:
-            raise FormatError(
-                f"tensor {name!r} has unsupported layout {t.layout} (quantized/sparse)", self._files[rel]
-            )
-        return t.detach()  # a plain Tensor even if stored as nn.Parameter
+            raise FormatError(f"tensor {name!r} has unsupported layout {t.layout} (quantized/sparse)", path)
+        t = backed(t.detach(), name, path)  # a plain Tensor even if stored as nn.Parameter
+        if rel not in self._mapped:
+            return t
+        check_unchanged(path, self._mapped[rel])
+        t = t.clone()  # out of the mapping: later use cannot fault on a file rewritten meanwhile
+        check_unchanged(path, self._mapped[rel])
+        return t
 
     def close(self) -> None:
         self._loaded.clear()
         self._hparams.clear()
         self._legacy.clear()
+        self._mapped.clear()
 
     def __enter__(self) -> Self:
         return self
