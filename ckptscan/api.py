@@ -160,8 +160,10 @@ def analyze(
         model_overrides=overrides,
         run_folder=found.run_folder,
     )
+    log_offset = 0
     if log_file is None:
         log_file = logs.find_log(found.run_folder, None, found.framework.logs if found.framework else ())
+        log_offset = found.framework.log_step_offset if found.framework else 0
     make_dir(out)
     atomic_write(out / OWNER_FILE, json.dumps({"run": str(run_dir.resolve()), "selection": selection}))
 
@@ -186,7 +188,7 @@ def analyze(
               "kv_heads": kv_heads}
     try:
         judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline,
-                          analyze_kwargs=kwargs, checkpoint_steps=found.all_steps)
+                          analyze_kwargs=kwargs, checkpoint_steps=found.all_steps, log_step_offset=log_offset)
     except Exception as e:  # noqa: BLE001 -- re-raised below, once the summary of what was done is written
         judgement, failure = _unjudged(e), e
     timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on

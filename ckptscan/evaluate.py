@@ -160,7 +160,9 @@ def rejudge(run: Path, out_dir: Path, params) -> dict:
 
     res = load_result(out_dir)
     found = res.summary.get("findings") or []
-    return {**res.summary, **judge(run, res.timeline, found, params=params)}
+    log = res.summary.get("log") or {}
+    return {**res.summary, **judge(run, res.timeline, found, log_file=log.get("path"), params=params,
+                                   log_step_offset=log.get("step_offset") or 0)}
 
 
 def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, **analyze_kwargs) -> list[dict]:

@@ -25,6 +25,7 @@ class Framework:
     logs: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()  # step sources inside a checkpoint (readers/steps.py), tried in order
     names_are_steps: bool = True  # False: a number in the name is not the training step
+    log_step_offset: int = 0  # added to its own log's steps (Lightning logs the 0-based step being taken)
     name_pattern: re.Pattern | None = field(default=None, compare=False)  # else discover.STEP_PATTERNS
 
 
@@ -41,7 +42,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
     ),
     Framework(
         "lightning", runs=("lightning_logs/version_*", "."), containers=("checkpoints", "."), marks=("*.ckpt",),
-        logs=("metrics.csv", "events.out.tfevents.*"), steps=("lightning",),
+        logs=("metrics.csv", "events.out.tfevents.*"), steps=("lightning",), log_step_offset=1,
     ),
     Framework(
         "torchtitan", containers=("checkpoint", "."), marks=("step-*/.metadata",),

@@ -507,9 +507,16 @@ def alignment_problem(log_steps, checkpoint_steps) -> str | None:
 # summary
 
 
-def summarize(run_dir: str | Path, log_file: str | Path | None = None) -> dict:
-    """The ``loss`` part of summary.json plus the curve itself (``curve`` key, not serialised)."""
+def summarize(run_dir: str | Path, log_file: str | Path | None = None, step_offset: int = 0) -> dict:
+    """The ``loss`` part of summary.json plus the curve itself (``curve`` key, not serialised).
+
+    ``step_offset`` is added to the logged steps (a framework whose logger records the step before it
+    is taken, ``frameworks.Framework.log_step_offset``), so that they count what a checkpoint counts."""
     curve = load_curve(run_dir, log_file)
+    if curve is not None and step_offset and len(curve):
+        curve.steps = curve.steps + step_offset
+        curve.notes.append(f"{curve.path.name}: logged steps shifted by {step_offset:+d} to count completed "
+                           f"optimizer steps, as the checkpoints do")
     if curve is None:
         return {"curve": None, "log": {"path": None, "points": 0, "notes": ["no training log found"]},
                 "divergence_step": None, "log_only_alarm_step": None, "log_only_alarm_steps": []}
@@ -521,7 +528,7 @@ def summarize(run_dir: str | Path, log_file: str | Path | None = None) -> dict:
         "curve": curve,
         "log": {"path": str(curve.path), "points": len(curve), "first_step": first, "last_step": last,
                 "has_grad_norm": curve.grad_norm is not None, "has_lr": curve.lr is not None,
-                "notes": curve.notes},
+                "step_offset": step_offset, "notes": curve.notes},
         "divergence_step": div,
         "log_only_alarm_step": alarm,
         # every alarm up to the divergence (and the first one after it): ``ckptscan eval`` needs the

@@ -52,14 +52,15 @@ def _clean(o):
 
 
 def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None,
-          checkpoint_steps=None, params: detect.Params | None = None, loss: dict | None = None) -> dict:
+          checkpoint_steps=None, params: detect.Params | None = None, loss: dict | None = None,
+          log_step_offset: int = 0) -> dict:
     """``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
     against the log's steps; when they cannot be aligned the lead time is not reported.
     ``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
     ``logs.summarize`` result already at hand (it is read from the run otherwise).  Sets
     ``timeline.scores`` to the detector scores the alarms were raised on (stored with it)."""
     params = params if params is not None else detect.Params()
-    loss = loss if loss is not None else logs.summarize(run_dir, log_file)
+    loss = loss if loss is not None else logs.summarize(run_dir, log_file, log_step_offset)
     log = dict(loss["log"])
     curve = loss["curve"]
     misaligned = None

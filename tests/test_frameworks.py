@@ -127,6 +127,8 @@ def test_lightning_default_tree_from_the_root(lightning_root, tmp_path):
     assert [s["error"] for s in ck["skipped"]] == [False]  # last.ckpt: a copy of the step-6 file
     assert "hyper_parameters" in " ".join(res.summary["layout"]["notes"])  # heads from the safe hparams
     assert Path(res.summary["log"]["path"]) == version / "metrics.csv" and res.summary["log"]["points"] == 6
+    # Lightning logs the 0-based step being taken (0..5); its checkpoints count completed steps (2, 4, 6)
+    assert (res.summary["log"]["first_step"], res.summary["log"]["last_step"]) == (1, 6)
 
 
 def test_lightning_hparams_without_model_dims_leave_the_config_to_the_run_root(tmp_path):
