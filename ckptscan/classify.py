@@ -1,35 +1,33 @@
 """Fault signatures -> verdict: is the run anomalous, since when, what kind of fault, why.
 
-The classes and the mechanisms behind them (monitors.md section 5, checked on the drills; see
-docs/detection.md for what the data showed):
+The classes and the mechanisms behind them (docs/detection.md, "Classification", has the decision
+paths and what the corpus showed):
 
 * ``lowprec_attention``: the biased rounding of low-precision attention makes the q/k update
   low-rank: the spectral entropy of D2 collapses in a few heads, *without* the step size growing
-  (update ratios and ||D3||/||D2|| stay quiet at first).
-* ``high_lr``: a too-large step moves every module at once: the update ratios of the whole layer
-  stop shrinking and grow, and ||D3||/||D2|| (the second-order term) grows with them; the D2
-  entropy does not collapse first (if anything it rises; it falls only late, as a consequence).
-* ``combined``: both signatures: the entropy collapse, and step-size growth (or logit growth) in a
-  layer whose entropy had not collapsed, or in the router -- within the decision window, or, when
-  the collapse came first, at any later checkpoint (the low-precision fault cannot cause growth
-  there; ``_global_evidence``).
+  across layers before or with it (the collapsing layer's own update jumps once; that is not a
+  step size).
+* ``high_lr``: a too-large step moves every module at once: the update ratios of every layer stop
+  shrinking and grow (or jump and stay), ||D3||/||D2|| or the attention logits grow; a D2-entropy
+  collapse, if any, comes well after.
+* ``combined``: both: a collapse, and the step size growing just before it or with it in two or
+  more update-ratio series.
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
-* ``unknown``: sustained alarms that match neither signature (e.g. only logit growth).
-* ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` checkpoints
+* ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` points
   examined after the run settled.
 * ``inconclusive``: no alarm either, but too little of the run could be examined to call it healthy
-  (it never left its early phase, or too few checkpoints came after that); ``anomalous`` is False.
+  (it never left its early phase, or too few points came after that); ``anomalous`` is False.
 
-The decision looks at the alarms that start within ``DECISION_WINDOW`` checkpoints of the earliest
-one: what moved *first* is the cause; later alarms are usually consequences -- except growth that
-the first cause cannot explain (see ``combined``).
+Only alarms triggered before the loss diverged decide (``horizon``); the order in which the first
+of them moved, within ``DECISION_WINDOW`` points, is the cause.  ``confidence`` is the share of
+right verdicts along the same decision path on the calibration runs (``CONFIDENCE``).
 """
 
 from __future__ import annotations
 
 from ckptscan.detect import Alarm
 
-DECISION_WINDOW = 2  # checkpoints after the earliest alarm whose alarms still count as "first"
+DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 
 LR_ROLES = ("step_size", "second_order")
 
