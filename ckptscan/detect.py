@@ -397,18 +397,28 @@ def _start(starts: tuple[np.ndarray, np.ndarray] | None, layer: int, head: int |
     return int(layers[layer])
 
 
+_LOG_LEVEL = Detector("", "level", True, False, 0.0, "step_size")  # the log of a value, layer medians
+
+
+def examined_from(timeline, params: Params = Params(),
+                  detectors: tuple[Detector, ...] = DETECTORS) -> tuple[np.ndarray, np.ndarray]:
+    """(``layer_starts``, ``head_starts``): where each layer and head is first examined."""
+    layers_asleep, heads_asleep = dormant(timeline, params)
+    layers = layer_starts(timeline, params, detectors, layers_asleep)
+    return layers, head_starts(timeline, layers, params, heads_asleep)
+
+
 def step_size(timeline, detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray:
     """[N, L]: each layer's step size at each checkpoint: the log of the median, over the layer's
     update-ratio series (q, k and router; each the median over its heads), of ||dW|| / ||W||
     (NaN where none is defined)."""
     monitors = dict.fromkeys(det.monitor for det in detectors if det.role == "step_size")
-    level = Detector("", "level", True, False, 0.0, "step_size")
     n = len(timeline.steps)
     per_layer: dict[int, list[np.ndarray]] = {}
     for m in monitors:
-        for name in _series_for(timeline, dataclasses.replace(level, monitor=m)):
-            for layer, _, col in _columns(timeline.get(name), level):
-                per_layer.setdefault(layer, []).append(_transform(col, level))
+        for name in _series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor=m)):
+            for layer, _, col in _columns(timeline.get(name), _LOG_LEVEL):
+                per_layer.setdefault(layer, []).append(_transform(col, _LOG_LEVEL))
     out = np.full((n, max(per_layer, default=-1) + 1), np.nan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -458,16 +468,18 @@ def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params
     return n
 
 
-def layer_starts(timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray:
+def layer_starts(timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS,
+                 asleep: np.ndarray | None = None) -> np.ndarray:
     """[L]: per layer, the index of the first checkpoint examined (``len(steps)``: none).
 
     A layer is examined once it has left its early phase, read from its weights alone (``_settle``
     of its step size, ``step_size``), counting from step 0 or from its last ``dormant``
     checkpoint: a layer that wakes up late goes through its own early phase.  A layer that has not
-    settled by the end of the run is never examined."""
+    settled by the end of the run is never examined.  ``asleep``: ``dormant``'s layer mask, when
+    already at hand."""
     g = step_size(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
-    asleep, _ = dormant(timeline, params)
+    asleep = dormant(timeline, params)[0] if asleep is None else asleep
     out = np.full(max(g.shape[1], asleep.shape[1]), len(steps))
     for layer in range(g.shape[1]):
         sleep = asleep[:, layer] if layer < asleep.shape[1] else np.zeros(len(steps), dtype=bool)
@@ -475,14 +487,15 @@ def layer_starts(timeline, params: Params = Params(), detectors: tuple[Detector,
     return out
 
 
-def head_starts(timeline, starts: np.ndarray, params: Params = Params()) -> np.ndarray:
+def head_starts(timeline, starts: np.ndarray, params: Params = Params(),
+                asleep: np.ndarray | None = None) -> np.ndarray:
     """[L, H]: per query head, the first examined index: its layer's, or, for a head that was
     ``dormant`` at some checkpoint, the later of that and its own settling (its q update ratio,
-    counting from its last dormant checkpoint)."""
-    _, asleep = dormant(timeline, params)
+    counting from its last dormant checkpoint).  ``asleep``: ``dormant``'s head mask, when at hand."""
+    asleep = dormant(timeline, params)[1] if asleep is None else asleep
     steps = np.asarray(timeline.steps, dtype=np.float64)
     q = "attn.q.update_ratio"
-    g = np.log(np.where(np.asarray(timeline.get(q)) > 0, timeline.get(q), np.nan)) if q in timeline else None
+    g = _transform(timeline.get(q), _LOG_LEVEL) if q in timeline else None
     out = np.repeat(np.asarray(starts)[:, None], max(asleep.shape[2], 1), axis=1)
     for layer in range(min(len(starts), asleep.shape[1])):
         for head in range(asleep.shape[2]):
@@ -594,8 +607,7 @@ def run_detection(timeline, params: Params = Params(), reference=None,
     matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
     alarms: list[Alarm] = []
     fine_steps = np.asarray(timeline.steps)
-    starts = layer_starts(timeline, params, detectors)
-    heads = head_starts(timeline, starts, params)
+    starts, heads = examined_from(timeline, params, detectors)
     k = block_size(timeline, starts, params) if reference is None else 1
     block = np.arange(len(fine_steps))
     if k > 1:  # a block is scored for a column once all its checkpoints are
@@ -692,8 +704,7 @@ def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
     except KeyError:
         return None
     out = np.full((len(timeline.steps), timeline.get(name).shape[1]), np.nan)
-    starts = layer_starts(timeline, params, detectors)
-    both = (starts, head_starts(timeline, starts, params))
+    both = examined_from(timeline, params, detectors)
     for layer, _head, sc, _ in _scored_columns(timeline, det, name, direction, params, reference, both):
         out[:, layer] = np.fmax(out[:, layer], sc.z)
     return out

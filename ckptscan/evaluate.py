@@ -232,11 +232,12 @@ def totals(rows: list[dict]) -> dict:
 
 
 def _medians(rows: list[dict], key: str) -> dict:
-    return {k: _median([r[key] for r in rows if r["truth"] == k and r.get(key) is not None])
+    return {k: median([r[key] for r in rows if r["truth"] == k and r.get(key) is not None])
             for k in sorted({r["truth"] for r in rows})}
 
 
-def _median(xs: list) -> float | None:
+def median(xs: list) -> float | None:
+    """The median of ``xs`` (None when empty)."""
     xs = sorted(xs)
     if not xs:
         return None

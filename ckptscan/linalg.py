@@ -1,6 +1,6 @@
 """Spectra of low-rank products through small cores; spectral entropies and stable rank.
 
-The central identity (shared/notes/monitors.md section 1): for A, B in R^{d x r} with r << d,
+The central identity (docs/monitors.md): for A, B in R^{d x r} with r << d,
 
     sigma(A B^T)^2 = eig((A^T A)(B^T B)) = eig(F^T (B^T B) F),   F F^T = A^T A
 

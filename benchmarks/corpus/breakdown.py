@@ -21,6 +21,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from ckptscan.evaluate import median
+
 DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as the drills' recipe
     "framework": lambda t: t["params"].get("framework", "drill"),
     "cadence": lambda t: t["params"].get("save_every"),
@@ -46,12 +48,6 @@ def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:
 
 
 LEADS = ("lead_over_log_only_first", "lead_over_log_only")  # its first alarm; its first at/after onset
-
-
-def median(xs: list) -> float | None:
-    xs = sorted(xs)
-    m = len(xs) // 2
-    return None if not xs else float(xs[m]) if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def tally(pairs: list[tuple[dict, dict]], key) -> dict:

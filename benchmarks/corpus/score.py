@@ -121,9 +121,9 @@ def main(argv=None) -> int:
     print(f"median lead over the log-only rule (diverged fault runs), the rule read by its first alarm: "
           f"{t['median_lead_over_log_only_first']}; by its first alarm at/after the onset: "
           f"{t['median_lead_over_log_only']}")
-    conf_lead = sorted(r["confirmed_lead_time"] for r in fault if r.get("confirmed_lead_time") is not None)
+    conf_lead = evaluate.median([r["confirmed_lead_time"] for r in fault if r.get("confirmed_lead_time") is not None])
     print(f"alarm confirmed before the divergence: {t['confirmed_before_divergence']}/{t['diverged']} diverged "
-          f"(median confirmed lead {conf_lead[len(conf_lead) // 2] if conf_lead else '-'} steps)")
+          f"(median confirmed lead {'-' if conf_lead is None else f'{conf_lead:g}'} steps)")
     print()
     print(breakdown.format_tables(pairs))
     table = confidence_table(rows)

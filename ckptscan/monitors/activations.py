@@ -4,7 +4,7 @@ Inputs come from a replay file (``ckptscan.replay``): ``x`` [B, T, d] is the nor
 entering a layer's projections (or its router), recorded for the same tokens at every checkpoint.
 Weights follow the layout convention (``wq`` [H, h, d], ``wk`` [G, h, d], router ``w`` [E, d]).
 
-Attention (shared/notes/monitors.md section 2), per sequence b and query head j:
+Attention (docs/monitors.md, activation side), per sequence b and query head j:
 
     Q_j = X_b Wq_j^T,  K_g = X_b Wk_g^T  (RoPE at positions 0..T-1 when given)
     S_j = Q_j K_g^T / sqrt(h)            [T, T]
