@@ -5,7 +5,7 @@
 
 Each set is a folder of drill runs (``ckptscan drill``; deterministic: seeded, one thread each)
 that is written once under ``OUT/<set>/runs`` (a run whose ``truth.json`` exists is kept), then
-analysed into ``OUT/<set>/analysis`` and judged with ``ckptscan.evaluate``: the table and the
+analysed into ``OUT/<set>/analysis`` and judged with ``ckptscan.drills.evaluate``: the table and the
 totals are printed and written to ``OUT/<set>/eval.json``.  Nothing is written into the
 repository.  About 70 s per run on one core; ``--jobs`` runs train side by side (default 2).
 
@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated subset of {', '.join(SETS)}")
     ap.add_argument("--jobs", type=int, default=2, help="drills trained side by side")
     args = ap.parse_args()
-    from ckptscan import evaluate
+    from ckptscan.drills import evaluate
 
     for name in [s for s in args.sets.split(",") if s]:
         if name not in SETS:

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ckptscan import __version__, logs
-from ckptscan.activation_stage import add_churn_final
-from ckptscan.discover import Checkpoint, Skipped, discover_run, no_checkpoints_error
+from ckptscan import __version__
+from ckptscan.discover.checkpoints import Checkpoint, Skipped, discover_run, no_checkpoints_error
 from ckptscan.errors import (
     EXIT_ANOMALY,
     EXIT_HEALTHY,
@@ -23,10 +22,12 @@ from ckptscan.errors import (
     UsageError,
     describe,
 )
+from ckptscan.judge import logs
 from ckptscan.layouts import load_config_file
 from ckptscan.limits import JsonError, parse_json
-from ckptscan.pipeline import Options, baseline_out_dir, check_outputs, resolve_device, run_analysis
-from ckptscan.timeline import Timeline, assemble, atomic_write, make_dir
+from ckptscan.pipeline.activations import add_churn_final
+from ckptscan.pipeline.analyzer import Options, baseline_out_dir, check_outputs, resolve_device, run_analysis
+from ckptscan.store.timeline import Timeline, assemble, atomic_write, make_dir
 
 SCHEMA = "ckptscan/1"
 
@@ -179,7 +180,7 @@ def analyze(
     meta = {"run": str(run_dir), "layout": layout_desc}
     timeline = assemble([r.step for r in results], [r.values for r in results], meta)
 
-    from ckptscan.verdict import judge
+    from ckptscan.judge.verdict import judge
 
     failure = None
     kwargs = {"out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,

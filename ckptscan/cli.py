@@ -57,7 +57,7 @@ class _Main(click.Group):
     LAZY: ClassVar[dict[str, tuple[str, str, str]]] = {
         "drill": ("ckptscan.drills.cli", "drill",
                   "Train a tiny model with a fault injected; write a checkpointed run."),
-        "eval": ("ckptscan.evaluate", "eval_cmd",
+        "eval": ("ckptscan.drills.evaluate", "eval_cmd",
                  "Analyse every drill run (folders with truth.json) and score the verdicts."),
     }
 
@@ -133,7 +133,7 @@ def _stop(message: str, code: int, kwargs: dict):
     ctx = click.get_current_context(silent=True)
     reached = ctx is not None and ctx.meta.get(VERDICT_REACHED)
     if "junit_file" in kwargs and not reached:  # analyze, report: the commands whose outputs CI reads
-        from ckptscan.pipeline import check_outputs
+        from ckptscan.pipeline.analyzer import check_outputs
         from ckptscan.report.ci import no_verdict_outputs
 
         run = kwargs.get("run_dir") or kwargs.get("out_dir")
@@ -227,7 +227,7 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     (no alarm, but too little of the run could be examined to call it healthy).
     """
     from ckptscan.api import analyze as run
-    from ckptscan.pipeline import check_outputs
+    from ckptscan.pipeline.analyzer import check_outputs
     from ckptscan.report import emit
 
     check_outputs([run_dir, baseline], files=(html_file, junit_file))  # before anything is written
@@ -325,7 +325,7 @@ def _duration(seconds: float) -> str:
 def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle, as_json, all_tensors, debug):
     """Show what ckptscan finds in one CHECKPOINT: format, architecture, per-layer tensors, heads."""
     from ckptscan.api import model_inputs
-    from ckptscan.inspect import describe_checkpoint
+    from ckptscan.pipeline.checkpoint_info import describe_checkpoint
     from ckptscan.report.terminal import print_inspect
 
     layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
@@ -353,7 +353,7 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet, debug):
     """Re-render a stored result (an analyze output folder) without recomputing."""
     from ckptscan.api import load_result
-    from ckptscan.pipeline import check_outputs
+    from ckptscan.pipeline.analyzer import check_outputs
     from ckptscan.report import emit
 
     result = load_result(out_dir)
@@ -382,7 +382,7 @@ def export(result_dir, fmt, out_path, debug):
     """Write the monitors of a stored result (an analyze output folder) as CSV, Parquet or TensorBoard
     event files; prints the path written."""
     from ckptscan.api import load_result
-    from ckptscan.export import export_result
+    from ckptscan.report.export import export_result
 
     click.echo(str(export_result(load_result(result_dir), fmt, out_path)))
 

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from ckptscan.layouts.families import FAMILIES, template_regex
-from ckptscan.replay import FORMAT
-from ckptscan.timeline import atomic_write
+from ckptscan.replay.contract import FORMAT
+from ckptscan.store.timeline import atomic_write
 
 # Module names come from the layout registry (tensor-name knowledge lives in ckptscan/layouts only):
 # a role's tensor template ``layers.{L}.self_attn.q_proj.weight`` names the module
@@ -187,7 +187,7 @@ class ReplayRecorder:
         return captured
 
     def save(self, path: str | Path, step: int, write: bool = True) -> dict[tuple[int, str], torch.Tensor]:
-        """Record and write the replay file atomically (``ckptscan.timeline.atomic_write``); returns the capture.
+        """Record and write the replay file atomically (``ckptscan.store.timeline.atomic_write``); returns the capture.
 
         ``write=False`` runs the forward only (for ranks other than 0 in a sharded model, where every
         rank must take part in the forward but one writes).

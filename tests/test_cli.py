@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ckptscan import cli
 from ckptscan.api import analyze
 from ckptscan.cli import main
-from ckptscan.discover import Checkpoint
+from ckptscan.discover.checkpoints import Checkpoint
 from ckptscan.errors import InputError
 from tests.runs import make_run
 

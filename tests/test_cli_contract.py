@@ -55,7 +55,7 @@ def _judge_crashes(monkeypatch):
     def crash(*a, **k):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr("ckptscan.verdict.judge", crash)
+    monkeypatch.setattr("ckptscan.judge.verdict.judge", crash)
 
 
 PROGRESS = "ckptscan: checkpoint "

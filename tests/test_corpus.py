@@ -20,7 +20,7 @@ from benchmarks.corpus import faults, recipes
 from benchmarks.corpus.common import SEQ_LEN, RunSpec, StepRecord, build_model, lm_loss
 from benchmarks.corpus.generate import train_one
 from benchmarks.corpus.schedules import planned_lr
-from ckptscan.evaluate import recipe_key
+from ckptscan.drills.evaluate import recipe_key
 
 TINY = {"opt": "adamw", "lr": 3e-3, "schedule": "cos", "warmup": 10, "steps": 60, "save_every": 20, "seed": 0}
 

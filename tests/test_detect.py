@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 
-from ckptscan import classify, detect
-from ckptscan.timeline import Timeline
-from ckptscan.verdict import judge
+from ckptscan.judge import classify, detect
+from ckptscan.judge.verdict import judge
+from ckptscan.store.timeline import Timeline
 
 N, L, H = 20, 2, 4
 STEPS = np.arange(1, N + 1) * 100

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ckptscan.discover import discover, parse_step
+from ckptscan.discover.checkpoints import discover, parse_step
 from ckptscan.errors import InputError, UsageError
 from tests.runs import make_run
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ckptscan import evaluate
+from ckptscan.drills import evaluate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
 

@@ -18,10 +18,11 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from ckptscan import analyze, logs
+from ckptscan import analyze
 from ckptscan.cli import main
-from ckptscan.discover import discover_run
+from ckptscan.discover.checkpoints import discover_run
 from ckptscan.errors import FormatError, UnsafePickleError
+from ckptscan.judge import logs
 from ckptscan.readers import open_checkpoint
 from ckptscan.readers.steps import recorded_step
 from tests import framework_runs as fr

@@ -26,7 +26,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptscan.discover import STEP_PATTERNS, parse_step
+from ckptscan.discover.checkpoints import STEP_PATTERNS, parse_step
 from ckptscan.errors import CkptscanError, FormatError, LayoutError, ReplayError
 from ckptscan.layouts import read_config, resolve_layout
 from ckptscan.layouts.userfile import load_layout_file
@@ -34,7 +34,7 @@ from ckptscan.limits import JsonError, parse_json
 from ckptscan.readers._common import check_shards, load_weight_map
 from ckptscan.readers.base import TensorInfo
 from ckptscan.readers.safetensors_ import DTYPES, SafetensorsFile, parse_header
-from ckptscan.replay import ReplayFile
+from ckptscan.replay.contract import ReplayFile
 from tests.runs import TINY, config, state_dict
 
 FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

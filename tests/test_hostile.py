@@ -282,7 +282,7 @@ def test_an_internal_error_keeps_a_summary_of_what_was_done(run, tmp_path, monke
     def bug(*args, **kwargs):
         raise RuntimeError("a bug in judging")
 
-    monkeypatch.setattr("ckptscan.verdict.judge", bug)
+    monkeypatch.setattr("ckptscan.judge.verdict.judge", bug)
     r = cli("analyze", run, "-o", tmp_path / "out", "--device", "cpu")
     assert r.exit_code == EXIT_INTERNAL and "internal error: RuntimeError: a bug in judging" in r.stderr
     s = json.loads((tmp_path / "out" / "summary.json").read_text())

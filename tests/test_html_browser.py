@@ -28,7 +28,7 @@ import pytest
 
 from ckptscan.api import Result
 from ckptscan.report.html import write_html
-from ckptscan.timeline import Timeline
+from ckptscan.store.timeline import Timeline
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptscan import logs
+from ckptscan.judge import logs
 
 # --- slow references -------------------------------------------------------------------------------
 

@@ -4,9 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from ckptscan.linalg import lowrank_sq_singular_values, psd_product_eigvals, spectral_entropy, stable_rank
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams
+from ckptscan.monitors.linalg import (
+    lowrank_sq_singular_values,
+    psd_product_eigvals,
+    spectral_entropy,
+    stable_rank,
+)
 from tests.reference import attention_reference, entropy_from_sv, router_reference, sv
 
 

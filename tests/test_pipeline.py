@@ -290,8 +290,8 @@ def test_the_scores_alarms_were_raised_on_are_stored_and_the_baseline_stays_insi
     """timeline.h5 keeps the detector's scores per layer (the reports draw those, not a
     recomputation), summary.json each alarm's first step per layer, and a reference run's analysis
     is cached inside -o."""
-    from ckptscan import detect
     from ckptscan.api import load_result
+    from ckptscan.judge import detect
     from ckptscan.report import data
 
     run = os.path.join(FIXTURE_DRILLS, "lowprec-moe")

@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from ckptscan import analyze
 from ckptscan.cli import main
 from ckptscan.errors import EXIT_INCONCLUSIVE, InputError
-from ckptscan.timeline import load_part
+from ckptscan.store.timeline import load_part
 from tests.reference import attention_reference
 from tests.runs import TINY, config, make_run, state_dict, write_checkpoint
 
@@ -412,7 +412,7 @@ def test_empty_run_is_an_input_error(tmp_path):
 
 def test_no_checkpoints_error_message(tmp_path):
     """The message the empty-run error uses (discover.no_checkpoints_error)."""
-    from ckptscan.discover import Skipped, no_checkpoints_error
+    from ckptscan.discover.checkpoints import Skipped, no_checkpoints_error
 
     err = no_checkpoints_error(tmp_path, [Skipped(str(tmp_path / "step-5-tmp"), "unfinished", error=False)], steps="10:20")
     assert isinstance(err, InputError) and err.exit_code == 3

@@ -12,7 +12,7 @@ from torch import nn
 
 from ckptscan.errors import OutputError, ReplayError, UsageError
 from ckptscan.record import ReplayRecorder, find_modules, write_replay
-from ckptscan.replay import FORMAT, ReplayFile, find_replay
+from ckptscan.replay.contract import FORMAT, ReplayFile, find_replay
 
 B, T, D, E = 2, 5, 8, 4
 

@@ -20,13 +20,13 @@ from rich.console import Console
 
 from ckptscan.api import Result, load_result
 from ckptscan.cli import main
-from ckptscan.discover import Skipped
+from ckptscan.discover.checkpoints import Skipped
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
 from ckptscan.report.html import build_payload, render_html, to_json, write_html
 from ckptscan.report.schema import summary_schema, validate
 from ckptscan.report.terminal import BLOCKS, print_result
-from ckptscan.timeline import Timeline, atomic_write
+from ckptscan.store.timeline import Timeline, atomic_write
 from tests.runs import make_run
 
 
@@ -664,7 +664,7 @@ def test_strip_legend_names_the_colours_and_every_marker():
 
 
 def test_eval_table_fits_100_columns():
-    from ckptscan import evaluate
+    from ckptscan.drills import evaluate
 
     t = {"fault": "lowprec-attention", "onset_step": 400, "divergence_step": 1000}
     rows = [dict(evaluate.score_run(t, {"verdict": {"anomalous": True, "earliest_step": 500,

@@ -9,7 +9,7 @@ schedule, model, warm-up.  Columns: runs; fault runs; detected (of the fault run
 onset, before the divergence); class right (of all runs); false alarms (of all runs: any alarm on a
 healthy or benign run, an alarm before the onset on a fault run); inconclusive verdicts; the medians,
 over diverged fault runs, of ckptscan's lead minus the log-only rule's, that rule read by its first
-alarm and by its first alarm at or after the onset (``ckptscan.evaluate.score_run``).  Nothing is
+alarm and by its first alarm at or after the onset (``ckptscan.drills.evaluate.score_run``).  Nothing is
 hidden: every value of every dimension gets its row.
 """
 
@@ -21,7 +21,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ckptscan.evaluate import median
+from ckptscan.drills.evaluate import median
 
 DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as the drills' recipe
     "framework": lambda t: t["params"].get("framework", "drill"),

@@ -33,7 +33,7 @@ from transformers import (
 
 from ckptscan.drills.data import load_corpus, sample_batch
 from ckptscan.drills.writer import write_json
-from ckptscan.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
+from ckptscan.judge.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
 
 from . import faults
 from .schedules import planned_lr

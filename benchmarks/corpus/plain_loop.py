@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ckptscan.timeline import atomic_write
+from ckptscan.store.timeline import atomic_write
 
 from .common import (
     BatchStream,

@@ -6,13 +6,13 @@
     python benchmarks/corpus/score.py --runs /work/corpus/calibration --out DIR --set block=0   # other rules
 
 Each run folder (with a truth.json) is analysed like any run (``ckptscan.api.analyze``, results
-cached under ``--out/<run>``: a re-run only re-judges), then scored with ``ckptscan.evaluate``.
+cached under ``--out/<run>``: a re-run only re-judges), then scored with ``ckptscan.drills.evaluate``.
 Prints the totals, the breakdown per recipe dimension (``breakdown.py``), the lead over the
 log-only rule per fault class, and the confidence check: per decision path, how many verdicts had
 the right class, and how often verdicts with confidence >= 0.9 were right.  ``--confidence``
-prints the table in the form ``ckptscan.classify.CONFIDENCE`` takes (only for calibration runs:
+prints the table in the form ``ckptscan.judge.classify.CONFIDENCE`` takes (only for calibration runs:
 the confidence is set there, then checked on the reported part).  ``--set NAME=VALUE`` (any
-``ckptscan.detect.Params`` field, repeatable) judges the stored timelines again under other
+``ckptscan.judge.detect.Params`` field, repeatable) judges the stored timelines again under other
 detection parameters: how the documented choices were compared.  Rows go to ``--out/eval.json``
 (``eval-<settings>.json`` with ``--set``).
 """
@@ -50,7 +50,7 @@ def _analyze(args: tuple[str, str]) -> str:
 
 
 def rows_for(runs_dirs: list[Path], out: Path, jobs: int, params=None) -> list[tuple[dict, dict]]:
-    from ckptscan import evaluate
+    from ckptscan.drills import evaluate
 
     runs = [r for d in runs_dirs for r in evaluate.find_runs(d)]
     names = [r.name for r in runs]
@@ -70,7 +70,7 @@ def rows_for(runs_dirs: list[Path], out: Path, jobs: int, params=None) -> list[t
 def _params(settings: list[str], ap):
     import dataclasses
 
-    from ckptscan.detect import Params
+    from ckptscan.judge.detect import Params
 
     types = {f.name: type(getattr(Params(), f.name)) for f in dataclasses.fields(Params)}
     kw = {}
@@ -98,9 +98,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--confidence", action="store_true", help="print the CONFIDENCE table these runs give")
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
-                    help="judge again with this detection parameter (ckptscan.detect.Params field)")
+                    help="judge again with this detection parameter (ckptscan.judge.detect.Params field)")
     args = ap.parse_args(argv)
-    from ckptscan import evaluate
+    from ckptscan.drills import evaluate
 
     params = _params(args.settings, ap) if args.settings else None
     pairs = rows_for(args.runs, args.out, args.jobs, params)
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     print(breakdown.format_tables(pairs))
     table = confidence_table(rows)
     print("decision path                 right / verdicts   confidence now")
-    from ckptscan.classify import confidence
+    from ckptscan.judge.classify import confidence
 
     for path, (right, n) in table.items():
         print(f"{path:28s}  {right:>5} / {n:<8}  {confidence(path):.2f}")

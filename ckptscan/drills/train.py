@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ckptscan.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
+from ckptscan.judge.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
 from ckptscan.record import ReplayRecorder
 
 from .data import load_corpus, replay_batch, sample_batch
@@ -40,7 +40,7 @@ FAULTS = ("none", "lowprec-attention", "high-lr", "combined")
 BENIGN = (None, "warmup-cut", "data-switch")
 DEFAULT_SEVERITY = {"lowprec-attention": 1000.0, "high-lr": 8.0}  # calibrated: docs/drills.md
 
-# Divergence rule: ckptscan.logs.divergence_step, the same function analyze uses (docs/detection.md).
+# Divergence rule: ckptscan.judge.logs.divergence_step, the same function analyze uses (docs/detection.md).
 
 
 def base_lr(step: int, *, lr: float, warmup: int, total: int, schedule: str, min_ratio: float,

@@ -1,7 +1,7 @@
 """On-disk output of a drill: HF checkpoint folders and JSON side files (replay files are written
 by ``ckptscan.record``, the recorder real training loops use).
 
-Every file is written atomically (``ckptscan.timeline.atomic_write``), so a reader never sees half
+Every file is written atomically (``ckptscan.store.timeline.atomic_write``), so a reader never sees half
 a file (a drill may be analysed while it runs).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ckptscan.timeline import atomic_write
+from ckptscan.store.timeline import atomic_write
 
 FOLDER_STYLES = {
     "checkpoint": "checkpoint-{step}",

@@ -1,6 +1,6 @@
 """Activation-side monitors: attention scores and router decisions on the replay batch.
 
-Inputs come from a replay file (``ckptscan.replay``): ``x`` [B, T, d] is the normalised hidden state
+Inputs come from a replay file (``ckptscan.replay.contract``): ``x`` [B, T, d] is the normalised hidden state
 entering a layer's projections (or its router), recorded for the same tokens at every checkpoint.
 Weights follow the layout convention (``wq`` [H, h, d], ``wk`` [G, h, d], router ``w`` [E, d]).
 
@@ -15,7 +15,7 @@ Choices that are ours (documented in docs/replay.md):
   comparable and 1 means uniform attention over the visible keys; row 0 (a single key, no choice) is
   excluded.  ``entropy_mean`` / ``entropy_min`` are the mean / min over rows 1..T-1 of every sequence.
 * The spectral entropies of S use the *unmasked* Q K^T / sqrt(h), whose rank is <= h, so the QR core
-  trick of ``ckptscan.linalg`` applies (the causal mask would make S full rank and need a T x T SVD).
+  trick of ``ckptscan.monitors.linalg`` applies (the causal mask would make S full rank and need a T x T SVD).
   They are computed per sequence and averaged over sequences.  The increment's first-order term is
   dQ K^T + Q dK^T = [dQ, Q_prev] [K_prev, dK]^T (rank <= 2h), with Q_prev, K_prev from the previous
   checkpoint's activations and weights on the same tokens, dQ = Q(t) - Q(t-1).
@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from ckptscan.linalg import lowrank_sq_singular_values, spectral_entropy
 from ckptscan.monitors import register
+from ckptscan.monitors.linalg import lowrank_sq_singular_values, spectral_entropy
 
 _SCORE_BUDGET = 1 << 23  # elements of one [heads, T, T] score block (32 MiB in float32)
 TIE_TOL = 1e-3

@@ -2,7 +2,7 @@
 
 Inputs follow the layout convention: ``wq`` [H, h, d], ``wk`` [G, h, d] (float32 or float64) and
 ``kv_index`` [H] (query head j reads key head kv_index[j]).  Nothing d x d is ever formed: every
-spectrum comes from h x h or 2h x 2h Gram blocks (``ckptscan.linalg``):
+spectrum comes from h x h or 2h x 2h Gram blocks (``ckptscan.monitors.linalg``):
 
     M_j  = Wq_j^T Wk_g                    sigma^2(M_j)  = eig(G(Wq_j) G(Wk_g))
     D2   = dWq^T Wk + Wq^T dWk = A B^T    A = [dWq^T, Wq^T],  B = [Wk^T, dWk^T]
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptscan.linalg import gram, psd_product_eigvals, spectral_entropy, stable_rank
+from ckptscan.monitors.linalg import gram, psd_product_eigvals, spectral_entropy, stable_rank
 
 
 class Workspace:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ckptscan.linalg import gram_sq_singular_values, spectral_entropy, stable_rank
+from ckptscan.monitors.linalg import gram_sq_singular_values, spectral_entropy, stable_rank
 
 
 def single_monitors(w: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -155,7 +155,7 @@ def write_junit(result, path: str | Path) -> Path:
 
 
 def _write_tree(tree: ET.ElementTree, path: str | Path) -> Path:
-    from ckptscan.timeline import atomic_write
+    from ckptscan.store.timeline import atomic_write
 
     path = Path(path)
     text = ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=False)

@@ -302,7 +302,7 @@ def detector_scores(summary: dict, timeline, name: str) -> np.ndarray | None:
     which stays visible after a collapse (the detector's rolling baseline re-bases after a window
     of refused values).  The scores the judgement stored with the timeline; for a result stored
     before it kept them, recomputed (None when it was judged against a reference run, not at hand)."""
-    from ckptscan import detect
+    from ckptscan.judge import detect
 
     det = detect.detector_for(timeline, name)
     if det is None or det.mode != "rate":
@@ -358,7 +358,7 @@ def loss_curve(summary: dict) -> Curve | None:
     """The training loss, if the summary carries points or the run's log can still be read.
 
     Looks at ``summary["loss"]["curve"]`` (``{"steps": [...], "loss": [...]}`` or ``[[step, loss],
-    ...]``), then reads the log through ``ckptscan.logs`` (the logged path, else the run folder).
+    ...]``), then reads the log through ``ckptscan.judge.logs`` (the logged path, else the run folder).
     ``None`` when neither works: reports then simply have no loss plot.
     """
     loss = summary.get("loss") or {}
@@ -373,7 +373,7 @@ def loss_curve(summary: dict) -> Curve | None:
     except (TypeError, ValueError):
         pass
     try:
-        from ckptscan import logs
+        from ckptscan.judge import logs
     except ImportError:
         return None
     log_path = None

@@ -214,7 +214,7 @@ def _reference_run(summary: dict):
     path = Path(ref) / "timeline.h5" if ref else None
     if path is None or not path.is_file():
         return None
-    from ckptscan.timeline import Timeline
+    from ckptscan.store.timeline import Timeline
 
     try:
         return (str((summary.get("detection") or {}).get("reference_run") or ref), Timeline.load(path))
@@ -391,7 +391,7 @@ def render_html(result, baseline=None) -> str:
 
 def write_html(result, path: str | Path, baseline=None) -> Path:
     """Write the report to ``path`` (atomically); returns the path."""
-    from ckptscan.timeline import atomic_write
+    from ckptscan.store.timeline import atomic_write
 
     path = Path(path)
     atomic_write(path, render_html(result, baseline))

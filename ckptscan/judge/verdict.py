@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ckptscan import classify, detect, logs
+from ckptscan.judge import classify, detect, logs
 
 
 def _layers(timeline) -> int:
@@ -23,7 +23,7 @@ def _layers(timeline) -> int:
 def _reference_timeline(baseline, analyze_kwargs: dict | None):
     """Analyse the healthy reference run (results cached beside this run's output folder)."""
     from ckptscan.api import analyze
-    from ckptscan.pipeline import baseline_out_dir
+    from ckptscan.pipeline.analyzer import baseline_out_dir
 
     kw = dict(analyze_kwargs or {})
     out = kw.pop("out_dir", None)

@@ -3,8 +3,8 @@
 One table, one row per framework: where a run's folder is under the root, which folders hold its
 checkpoints, which files show that the tree is that framework's, where its training log is, and where
 a checkpoint records its training step when its name does not give it.  Discovery
-(``ckptscan/discover.py``) walks the table; the step sources are read by ``ckptscan/readers/steps.py``;
-the log globs are searched by ``ckptscan/logs.py``.  docs/layouts.md has the same table for users.
+(``ckptscan/discover/checkpoints.py``) walks the table; the step sources are read by ``ckptscan/readers/steps.py``;
+the log globs are searched by ``ckptscan/judge/logs.py``.  docs/layouts.md has the same table for users.
 
 All globs are relative: ``runs`` to the root, ``containers`` and ``logs`` to a run folder, ``marks`` to
 a container.  ``"."`` is the folder itself.

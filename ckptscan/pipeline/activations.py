@@ -21,7 +21,7 @@ from ckptscan.monitors.activations import (
     router_activation_monitors,
     routing_churn,
 )
-from ckptscan.replay import ReplayFile
+from ckptscan.replay.contract import ReplayFile
 
 
 @dataclass

@@ -4,7 +4,7 @@ HDF5 is a C library parsing a complex format: one changed byte in a replay file 
 forever, a declared dataset shape can ask for terabytes, and a dataset can keep its bytes in
 "external" files named by the file (resolved against the working directory) or in a FIFO that never
 delivers.  None of that may hang or kill an analysis.  So before the activation side opens a replay
-file, ``ReplayChecker.check`` sends it to a worker process (``python -m ckptscan.replay_check``, which
+file, ``ReplayChecker.check`` sends it to a worker process (``python -m ckptscan.replay.check``, which
 imports only h5py and numpy) that opens it, reads every attribute, refuses datasets that declare more
 bytes than they store (or than the memory budget) and virtual datasets, then reads every dataset
 through, a bounded slice at a time.  A worker that does not answer within the time limit is killed
@@ -186,9 +186,9 @@ class ReplayChecker:
     def _start(self) -> subprocess.Popen:
         if self._proc is None:
             env = dict(os.environ)
-            here = str(Path(__file__).resolve().parents[1])  # ckptscan importable as it is here
+            here = str(Path(__file__).resolve().parents[2])  # ckptscan importable as it is here
             env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
-            self._proc = subprocess.Popen([sys.executable, "-m", "ckptscan.replay_check"], env=env, text=True,
+            self._proc = subprocess.Popen([sys.executable, "-m", "ckptscan.replay.check"], env=env, text=True,
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             self._answers = queue.Queue()
             threading.Thread(target=_pump, args=(self._proc.stdout, self._answers), daemon=True).start()

@@ -156,7 +156,7 @@ def rejudge(run: Path, out_dir: Path, params) -> dict:
     """A stored result's summary with its judgement made again under detection ``params``
     (``detect.Params``) from the stored timeline: nothing is recomputed from the checkpoints."""
     from ckptscan.api import load_result
-    from ckptscan.verdict import judge
+    from ckptscan.judge.verdict import judge
 
     res = load_result(out_dir)
     found = res.summary.get("findings") or []
@@ -173,8 +173,8 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, 
     ``on_run(i, total, row, seconds)`` is called after each run (progress).  With ``params``
     (``detect.Params``), runs already analysed under ``out_root`` are judged again with them
     (``rejudge``) instead of with the defaults."""
-    from ckptscan import logs
     from ckptscan.api import analyze
+    from ckptscan.judge import logs
 
     runs = find_runs(Path(runs_dir))
     root = Path(out_root) if out_root is not None else Path.cwd() / "ckptscan-out" / "eval"

@@ -25,7 +25,7 @@ right verdicts along the same decision path on the calibration runs (``CONFIDENC
 
 from __future__ import annotations
 
-from ckptscan.detect import Alarm
+from ckptscan.judge.detect import Alarm
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 

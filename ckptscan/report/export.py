@@ -25,7 +25,7 @@ import numpy as np
 
 from ckptscan.errors import UsageError
 from ckptscan.report import data
-from ckptscan.timeline import atomic_write
+from ckptscan.store.timeline import atomic_write
 
 FORMATS = ("csv", "parquet", "tensorboard")
 COLUMNS = ("step", "monitor", "layer", "head", "value")

@@ -8,7 +8,7 @@ grad-norm curves.  Three pieces:
   (``metrics.jsonl`` or any ``*.jsonl``: objects with ``step`` and ``loss``, optional ``grad_norm``
   and ``lr``/``learning_rate``), CSV with those columns (Lightning's ``metrics.csv``), or TensorBoard
   event files (read with the ``tensorboard`` package, an optional extra).  Where a framework's tree
-  was recognised, its own log locations are searched first (``ckptscan/frameworks.py``).  A bad
+  was recognised, its own log locations are searched first (``ckptscan/discover/frameworks.py``).  A bad
   line is skipped with a note; reading a log never raises on its content.
 * ``divergence_step``: when the loss diverged (the drills' ``divergence_step`` uses the same rule).
 * ``log_only_alarm``: the spike rule of OLMo-core's stability monitor (a loss or grad-norm value
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ckptscan.discover import CONTAINER_DIRS, glob_under
+from ckptscan.discover.checkpoints import CONTAINER_DIRS, glob_under
 from ckptscan.errors import describe
 from ckptscan.limits import JsonError, as_step, parse_json
 

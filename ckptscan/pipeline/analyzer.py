@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 from ckptscan import monitors as registry
-from ckptscan.activation_stage import ReplayState, activation_values
-from ckptscan.discover import Checkpoint, Skipped
+from ckptscan.discover.checkpoints import Checkpoint, Skipped
 from ckptscan.errors import CkptscanError, InputError, ReplayError, UsageError, unexpected
 from ckptscan.layouts import find_config, resolve_layout
 from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
@@ -35,12 +34,13 @@ from ckptscan.limits import BUDGET_ENV, memory_budget, size_text
 from ckptscan.monitors import attention, router
 from ckptscan.monitors.attention import Grams, Workspace
 from ckptscan.monitors.numerics import nonfinite_count
+from ckptscan.pipeline.activations import ReplayState, activation_values
 from ckptscan.readers import open_checkpoint
 from ckptscan.readers._common import file_stat
 from ckptscan.readers.torchfile import TorchSource
-from ckptscan.replay import find_replay
-from ckptscan.replay_check import ReplayChecker
-from ckptscan.timeline import load_part, save_part
+from ckptscan.replay.check import ReplayChecker
+from ckptscan.replay.contract import find_replay
+from ckptscan.store.timeline import load_part, save_part
 
 # Bump when a monitor's definition changes: old part files are then recomputed.
 ANALYSIS_VERSION = 3  # 2: float64 Gram products; 3: increments subtracted in float64 (float32-stored weights)

@@ -11,7 +11,7 @@ Step names understood (the folder or file name, an extension such as ``.ckpt`` s
     500                   plain numbers
     --step-regex REGEX    anything else (one capture group: the step)
 
-Training frameworks' default trees are recognised from the run root first (``ckptscan/frameworks.py``:
+Training frameworks' default trees are recognised from the run root first (``ckptscan/discover/frameworks.py``:
 Lightning's ``lightning_logs/version_N/checkpoints``, accelerate's ``checkpoints/checkpoint_<i>``,
 torchtitan's ``checkpoint/step-N``, ...).  There a checkpoint whose name is not a step (Lightning's
 ``last.ckpt``, accelerate's save index) takes the step it records (``readers/steps.py``).
@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckptscan.discover.frameworks import FRAMEWORKS, Framework
 from ckptscan.errors import InputError, UsageError
-from ckptscan.frameworks import FRAMEWORKS, Framework
 from ckptscan.limits import MAX_STEP
 
 # anchored: the whole (extension-stripped) name must match

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptscan.layouts import resolve_layout
-from ckptscan.pipeline import Options, checkpoint_config
+from ckptscan.pipeline.analyzer import Options, checkpoint_config
 from ckptscan.readers import open_checkpoint
 
 
