@@ -15,7 +15,7 @@ from ..readers.base import TensorInfo
 from .base import AttnBlock, Layout, ModelConfig, Read, RouterBlock
 from .config import ConfigFacts, find_config, load_config_file, read_config
 from .families import BY_NAME, FAMILIES, Family
-from .resolve import Builder, Matches, NameIndex, detect
+from .resolve import Builder, Matches, NameIndex, match_family
 from .userfile import UserLayout, load_layout_file, match_roles
 
 __all__ = [
@@ -57,7 +57,7 @@ def resolve_layout(infos: dict[str, TensorInfo], config: dict | None,
         if forced is not None and forced not in BY_NAME:
             raise LayoutError(f"[model] family = {forced!r} is not a known family; known: "
                               f"{', '.join(BY_NAME)}", user.path)
-        matches = detect(NameIndex(infos), facts, forced)
+        matches = match_family(NameIndex(infos), facts, forced)
         if matches is None:
             if forced is not None:
                 fam = BY_NAME[forced]

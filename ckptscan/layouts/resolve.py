@@ -103,7 +103,7 @@ def _choose_prefix(prefixes: set[str], layers_by_prefix: dict[str, dict[int, str
     return min(prefixes, key=key)
 
 
-def detect(index: NameIndex, facts: ConfigFacts, forced: str | None = None) -> Matches | None:
+def match_family(index: NameIndex, facts: ConfigFacts, forced: str | None = None) -> Matches | None:
     """The best-matching registry family, or None."""
     cands = []
     hints = facts.hints
