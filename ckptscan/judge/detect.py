@@ -43,37 +43,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ckptscan.monitors import DETECTORS, Detector, names
 from ckptscan.monitors import spec as monitor_spec
-
-
-@dataclass(frozen=True)
-class Detector:
-    monitor: str
-    mode: str  # "level" | "rate" | "shift" (level against the series' own trend, carried forward)
-    log: bool  # score log(x) (positive, scale-like quantities)
-    per_head: bool  # False: median over heads first
-    floor: float  # minimum scale (units of x, or of log x per checkpoint)
-    role: str  # what the classifier reads it as: "structure" | "step_size" | "second_order" | "logits"
-    reference: str = "flat"  # rate, "up": "flat" (max(0, recent change)) | "trend" (recent change, growth only)
-    broad: bool = False  # a step size is global: alarms need Params.breadth of the detector's columns off
-
-
-# Floors: a normalised entropy moving by 3 * 0.05 = 0.15 (of a [0, 1] range), or a log quantity
-# growing by 3 * 0.05 = 0.15 (16 %) per checkpoint, three checkpoints in a row, is never noise
-# in a run that trains normally; below that, a run's short history cannot tell noise from signal.
-DETECTORS: tuple[Detector, ...] = (
-    Detector("attn.D2.entropy2", "level", False, True, 0.05, "structure"),
-    Detector("attn.D2.entropy1", "level", False, True, 0.05, "structure"),
-    Detector("attn.q.update_ratio", "rate", True, False, 0.05, "step_size", "trend", broad=True),
-    Detector("attn.k.update_ratio", "rate", True, False, 0.05, "step_size", "trend", broad=True),
-    Detector("router.update_ratio", "rate", True, False, 0.05, "step_size", "trend", broad=True),
-    # a jump of the step size that stays: the level against its own trend (floor: z 3 = x2.5)
-    Detector("attn.q.update_ratio", "shift", True, False, 0.3, "step_size", broad=True),
-    Detector("attn.k.update_ratio", "shift", True, False, 0.3, "step_size", broad=True),
-    Detector("router.update_ratio", "shift", True, False, 0.3, "step_size", broad=True),
-    Detector("attn.D3_over_D2", "rate", True, False, 0.05, "second_order"),
-    Detector("attn.M.spectral_norm", "rate", True, False, 0.05, "logits"),
-)
 
 
 @dataclass(frozen=True)
@@ -269,12 +240,7 @@ def extend_back(z: np.ndarray, i: int, z_extend: float, allowed: np.ndarray | No
 
 def _series_for(timeline, det: Detector) -> list[str]:
     """Timeline names that a detector watches: the monitor itself and block-prefixed variants."""
-    base = det.monitor.split(".", 1)
-    out = []
-    for name in timeline.names():
-        if name == det.monitor or base[0] == "attn" and name.startswith("attn") and name.split(".", 1)[1:] == base[1:]:
-            out.append(name)
-    return out
+    return [name for name in timeline.names() if names.same_monitor(name, det.monitor)]
 
 
 def _columns(arr: np.ndarray, det: Detector) -> list[tuple[int, int | None, np.ndarray]]:
@@ -681,7 +647,7 @@ def _broad(cols: list[_Column], params: Params) -> np.ndarray:
     off = np.zeros((n, len(layers)), dtype=bool)
     scored = np.zeros((n, len(layers)), dtype=bool)
     for c in cols:
-        if c.det.monitor.split(".")[-1] != "update_ratio" or not c.name.startswith("attn"):
+        if names.key(c.det.monitor) != "update_ratio" or not names.is_attention(c.name):
             continue
         j = layers.index(c.layer)
         scored[:, j] |= np.isfinite(c.sc.z)

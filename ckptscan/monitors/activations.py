@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from ckptscan.monitors import register
 from ckptscan.monitors.linalg import lowrank_sq_singular_values, spectral_entropy
+from ckptscan.monitors.registry import register
 
 _SCORE_BUDGET = 1 << 23  # elements of one [heads, T, T] score block (32 MiB in float32)
 TIE_TOL = 1e-3

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ckptscan.monitors.linalg import gram_sq_singular_values, spectral_entropy, stable_rank
+from ckptscan.monitors.registry import Detector, Family, Role, register_family, series
 
 
 def single_monitors(w: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -49,3 +50,29 @@ def pair_monitors(w0: torch.Tensor, w1: torch.Tensor) -> dict[str, torch.Tensor]
         "dW.stable_rank": stable_rank(s2),
         "update_ratio": dw.norm() / w0n if w0n > 0 else torch.tensor(float("nan"), dtype=torch.float64),
     }
+
+
+# --- the family: registered series and their detectors ------------------------------------------
+
+FAMILY = register_family(Family(
+    name="router",
+    blocks=lambda layout: layout.routers,
+    load=lambda block, read: block.load(read),
+    single=lambda step: single_monitors(step.now[0]),
+    pair=lambda step: pair_monitors(step.before[0].double(), step.now[0].double()),
+    series=series("router", "layer", "router", [
+        ("similarity", "single", "up", "mean pairwise cosine of router rows"),
+        ("centered_max_ratio", "single", "up", "max_e ||w_e - w_bar|| / ||w_bar||"),
+        ("centered_cond", "single", "up", "condition number of W_r - 1 w_bar^T (over its E-1 directions)"),
+        ("W.entropy1", "single", "both", "spectral entropy (alpha=1) of W_r, / log E"),
+        ("W.entropy2", "single", "both", "spectral entropy (alpha=2) of W_r, / log E"),
+        ("W.stable_rank", "single", "both", "stable rank of W_r"),
+        ("dW.entropy2", "pair", "down", "spectral entropy (alpha=2) of dW_r, / log E"),
+        ("dW.stable_rank", "pair", "down", "stable rank of dW_r"),
+        ("update_ratio", "pair", "up", "||dW_r||_F / ||W_r||_F"),
+    ]),
+    detectors=(
+        Detector("router.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
+        Detector("router.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
+    ),
+))

@@ -29,11 +29,12 @@ from ckptscan import monitors as registry
 from ckptscan.discover.checkpoints import Checkpoint, Skipped
 from ckptscan.errors import CkptscanError, InputError, ReplayError, UsageError, unexpected
 from ckptscan.layouts import find_config, resolve_layout
-from ckptscan.layouts.base import AttnBlock, Layout, RouterBlock
+from ckptscan.layouts.base import AttnBlock, Layout
 from ckptscan.limits import BUDGET_ENV, memory_budget, size_text
-from ckptscan.monitors import attention, router
-from ckptscan.monitors.attention import Grams, Workspace
+from ckptscan.monitors import attention, names, router
+from ckptscan.monitors.attention import Workspace
 from ckptscan.monitors.numerics import nonfinite_count
+from ckptscan.monitors.registry import BlockStep, Family
 from ckptscan.pipeline.activations import ReplayState, activation_values
 from ckptscan.readers import open_checkpoint
 from ckptscan.readers._common import file_stat
@@ -66,29 +67,38 @@ class _Weights:
     def __init__(self, analyzer: Analyzer, src, layout: Layout):
         self._an = analyzer
         self._src = src
-        self._attn = {(b.layer, b.name): b for b in layout.attention}
-        self._routers = {r.layer: r for r in layout.routers}
+        # per family: (series prefix, layer) -> block
+        self._blocks = {fam.name: {(fam.prefix_of(b), b.layer): b for b in fam.blocks(layout)}
+                        for fam in registry.FAMILIES}
+
+    def block(self, family: Family, prefix: str, layer: int):
+        return self._blocks.get(family.name, {}).get((prefix, layer))
+
+    def load(self, family: Family, prefix: str, layer: int) -> tuple | None:
+        """The tensors of ``family``'s block (``prefix``, ``layer``), float32 on the analysis device
+        (None: this checkpoint has no such block)."""
+        b = self.block(family, prefix, layer)
+        return None if b is None else self._an._load(family, b, self._src)
 
     def attn(self, layer: int, name: str = "attn"):
-        b = self._attn.get((layer, name))
-        return None if b is None else self._an._load_attn(b, self._src)
+        return self.load(attention.FAMILY, name, layer)
 
     def router(self, layer: int):
-        r = self._routers.get(layer)
-        return None if r is None else self._an._load_router(r, self._src)
+        return self.load(router.FAMILY, router.FAMILY.prefix_of(None), layer)
 
     def attn_block(self, layer: int, name: str = "attn") -> AttnBlock | None:
-        return self._attn.get((layer, name))
+        return self.block(attention.FAMILY, name, layer)
 
 
 @dataclass
 class _Prev:
-    """What the next checkpoint needs from this one: where it is (its tensors are re-read) and the
-    Gram blocks of its attention layers (small: H h^2 per layer), when they were computed."""
+    """What the next checkpoint needs from this one: where it is (its tensors are re-read) and what
+    each family's blocks kept (``BlockStep.keep``: the Gram blocks of attention layers, small: H h^2
+    per layer), when they were computed."""
 
     ckpt: Checkpoint
     identity: dict
-    grams: dict[tuple[int, str], Grams] = field(default_factory=dict)
+    kept: dict[tuple[str, str, int], object] = field(default_factory=dict)
 
 
 @dataclass
@@ -193,7 +203,7 @@ class Analyzer:
             check_memory(layout, self.budget)
             with self._open_prev() as prev_weights:
                 weights = _Weights(self, src, layout)
-                values, findings, grams = self._compute(weights, layout, prev_weights, ckpt.step)
+                values, findings, kept = self._compute(weights, layout, prev_weights, ckpt.step)
                 extras, skipped, external = self._activations(replay_path, layout, weights, prev_weights,
                                                               values)
             now = {"files": file_identity(src, config_path), "replay": _stat_identity(replay_path)}
@@ -203,7 +213,7 @@ class Analyzer:
             meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped], "outside": external}
             extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
             save_part(part, identity, values, extra=extra)
-            self.prev = _Prev(ckpt, identity, grams)
+            self.prev = _Prev(ckpt, identity, kept)
             return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped,
                                     outside + external)
 
@@ -317,74 +327,58 @@ class Analyzer:
                 return
             yield _Weights(self, src, layout)
 
-    def _load_attn(self, b: AttnBlock, src) -> tuple[torch.Tensor, torch.Tensor]:
-        wq, wk = b.load(src.read)
-        return wq.to(self.device, torch.float32), wk.to(self.device, torch.float32)
-
-    def _load_router(self, r: RouterBlock, src) -> tuple[torch.Tensor, torch.Tensor | None]:
-        w, bias = r.load(src.read)
-        return w.to(self.device, torch.float32), (None if bias is None else bias.to(self.device, torch.float32))
+    def _load(self, family: Family, block, src) -> tuple:
+        return tuple(None if x is None else x.to(self.device, torch.float32) for x in family.load(block, src.read))
 
     def _compute(self, weights: _Weights, layout: Layout, prev: _Weights | None, step: int):
-        """The weight-side monitors of one checkpoint, block by block (the next block is read while
-        this one is computed).  Returns the values, the overflow findings and the Gram blocks."""
+        """The weight-side monitors of one checkpoint: every registered family over its blocks, block
+        by block (the next block is read while this one is computed).  Returns the values, the
+        overflow findings and what each block keeps for the next checkpoint."""
         n_layers = layout.n_layers
         values: dict[str, np.ndarray] = {}
         findings: list[dict] = []
-        grams: dict[tuple[int, str], Grams] = {}
+        kept: dict[tuple[str, str, int], object] = {}
         nonfinite = np.zeros((n_layers, 1), dtype=np.float32)
         put = functools.partial(_put, values, n_layers)
-        carried = self.prev.grams if self.prev is not None else {}
+        carried = self.prev.kept if self.prev is not None else {}
 
-        def load_attn(b: AttnBlock):
-            cur = weights.attn(b.layer, b.name)
-            return cur, _safe(prev.attn, b.layer, b.name) if prev is not None else None
+        for fam in registry.FAMILIES:
+            blocks = fam.blocks(layout)
 
-        for b, ((wq, wk), before) in zip(layout.attention, prefetch([functools.partial(load_attn, b) for b in layout.attention])):
-            bad = nonfinite_count(wq, wk)
-            nonfinite[b.layer, 0] += bad
-            width = max(x.n_heads for x in layout.attention if x.name == b.name)
-            if bad:
-                findings.append(_overflow(step, b.layer, b.tensors, bad))
+            def load(b, fam=fam):
+                prefix = fam.prefix_of(b)
+                return weights.load(fam, prefix, b.layer), (_safe(prev.load, fam, prefix, b.layer)
+                                                            if prev is not None else None)
+
+            for b, (now, before) in zip(blocks, prefetch([functools.partial(load, b) for b in blocks])):
+                bad = nonfinite_count(*now)
+                nonfinite[b.layer, 0] += bad
+                if bad:
+                    findings.append(_overflow(step, b.layer, b.tensors, bad))
+                    continue
+                prefix = fam.prefix_of(b)
+                width = fam.columns(layout, prefix)
+                if before is not None and not (_same_shapes(before, now) and _finite(*before)):
+                    before = None
+                st = BlockStep(b, now, before, carried.get((fam.name, prefix, b.layer)), self.workspace)
+                out = dict(fam.pair(st)) if (fam.pair is not None and before is not None) else {}
+                out.update(fam.single(st))
+                for k, v in out.items():
+                    name = names.join(prefix, k)
+                    put(name, b.layer, v, width if registry.spec(name).scope == "head" else 1)
+                if st.keep is not None:
+                    kept[(fam.name, prefix, b.layer)] = st.keep
+
+        values[registry.NONFINITE] = nonfinite
+        # make sure every registered series of a family present in this layout exists (NaN where
+        # undefined), so the timeline has the same columns at every step
+        for fam in registry.FAMILIES:
+            if not fam.blocks(layout):
                 continue
-            kv = b.kv_index()
-            if before is not None and before[0].shape == wq.shape and before[1].shape == wk.shape and _finite(*before):
-                wq0, wk0 = before
-                pair, g = attention.pair_monitors(wq0, wk0, wq, wk, kv, carried.get((b.layer, b.name)), self.workspace)
-                for k, v in pair.items():
-                    put(f"{b.name}.{k}", b.layer, v, width)
-            else:
-                g = Grams.of(wq, wk, self.workspace)
-            for k, v in attention.single_monitors(g, kv).items():
-                put(f"{b.name}.{k}", b.layer, v, width)
-            grams[(b.layer, b.name)] = g
-
-        def load_router(r: RouterBlock):
-            return weights.router(r.layer), _safe(prev.router, r.layer) if prev is not None else None
-
-        for r, ((w, bias), before) in zip(layout.routers, prefetch([functools.partial(load_router, r) for r in layout.routers])):
-            bad = nonfinite_count(w, bias)
-            nonfinite[r.layer, 0] += bad
-            if bad:
-                findings.append(_overflow(step, r.layer, r.tensors, bad))
-                continue
-            for k, v in router.single_monitors(w).items():
-                put(f"router.{k}", r.layer, v, 1)
-            if before is not None and before[0].shape == w.shape and _finite(before[0]):
-                for k, v in router.pair_monitors(before[0].double(), w.double()).items():
-                    put(f"router.{k}", r.layer, v, 1)
-
-        values["numerics.nonfinite"] = nonfinite
-        # make sure every registered weight-side series exists (NaN where undefined), so the
-        # timeline has the same columns at every step
-        for name, s in registry.REGISTRY.items():
-            if s.family not in ("attention", "router"):
-                continue
-            if s.family == "router" and not layout.routers:
-                continue
-            width = max((x.n_heads for x in layout.attention if x.name == "attn"), default=1) if s.scope == "head" else 1
-            values.setdefault(name, np.full((n_layers, width), np.nan, dtype=np.float32))
-        return values, findings, grams
+            for s in fam.series:
+                width = fam.columns(layout, names.split(s.name)[0]) if s.scope == "head" else 1
+                values.setdefault(s.name, np.full((n_layers, width), np.nan, dtype=np.float32))
+        return values, findings, kept
 
 
 # bytes per q/k weight element of the attention block being analysed, at its peak: float32 copies of
@@ -483,6 +477,11 @@ def _remove_stale_temporaries(parts_dir: Path) -> None:
 
 def _finite(*ts) -> bool:
     return nonfinite_count(*ts) == 0
+
+
+def _same_shapes(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is None and y is None or (x is not None and y is not None and x.shape == y.shape)
+                                    for x, y in zip(a, b, strict=True))
 
 
 def _overflow(step: int, layer: int, tensors, count: int) -> dict:
