@@ -21,6 +21,7 @@ from rich.console import Console
 from ckptscan.api import Result, load_result
 from ckptscan.cli import main
 from ckptscan.discover.checkpoints import Skipped
+from ckptscan.judge import detect
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
 from ckptscan.report.html import build_payload, render_html, to_json, write_html
@@ -507,6 +508,8 @@ def test_terminal_strip_of_a_trending_series_shows_the_detector_score():
     res = make_result(n=n, layers=layers)
     res.timeline = Timeline.from_arrays(res.timeline.steps, {**{k: res.timeline.get(k) for k in res.timeline.names()},
                                                              "attn.q.update_ratio": ratio}, {})
+    # the scores the judgement stores with the timeline (the report renders them, never recomputes)
+    res.timeline.scores = {"attn.q.update_ratio": detect.layer_scores(res.timeline, "attn.q.update_ratio")}
     res.summary["verdict"]["evidence"] = [{"monitor": "attn.q.update_ratio", "layer": 0, "head": None,
                                            "first_alarm_step": int(res.timeline.steps[10]), "score": 9.0}]
     lines = render_terminal(res).splitlines()
@@ -517,15 +520,16 @@ def test_terminal_strip_of_a_trending_series_shows_the_detector_score():
     assert all(BLOCKS.index(c) >= 3 for c in row[10:13]), row
 
 
-def test_detector_scores_only_for_self_referenced_rate_series():
+def test_detector_scores_are_the_stored_scores_of_rate_series_only():
     res = make_result(n=20)
     tl = Timeline.from_arrays(res.timeline.steps, {**{k: res.timeline.get(k) for k in res.timeline.names()},
                                                    "attn.q.update_ratio": np.full((20, 3, 4), 0.1)}, {})
-    assert data.detector_scores(res.summary, tl, "attn.q.update_ratio").shape == (3, 20)
+    assert data.detector_scores(res.summary, tl, "attn.q.update_ratio") is None  # none stored: never recomputed
+    stored = np.arange(60, dtype=np.float32).reshape(20, 3)
+    tl.scores = {"attn.q.update_ratio": stored, "attn.D2.entropy2": stored}
+    np.testing.assert_array_equal(data.detector_scores(res.summary, tl, "attn.q.update_ratio"), stored.T)
     assert data.detector_scores(res.summary, tl, "attn.D2.entropy2") is None  # a level: display scale
     assert data.detector_scores(res.summary, tl, "router.similarity") is None  # no detector
-    ref = {**res.summary, "detection": {"baseline": "reference-run"}}
-    assert data.detector_scores(ref, tl, "attn.q.update_ratio") is None  # the reference is not at hand
 
 
 # --- one headline, the same in every output ----------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FAMILIES = ("attention", "router", "numerics", "act_attention", "act_router")
+from ckptscan.monitors import names as series_names
 
 # Shown when the verdict names no evidence (a healthy run): the monitors the notes call primary.
 DEFAULT_LEADING = ("attn.D2.entropy2", "attn.M.entropy2", "router.similarity", "act.attn.max_logit",
@@ -39,19 +39,22 @@ def monitor_info(name: str) -> MonitorInfo:
         return MonitorInfo(name, s.family, s.scope, s.direction, s.description)
     except KeyError:
         pass
-    if name.startswith("act.attn"):
-        fam = "act_attention"
-    elif name.startswith("act.router"):
-        fam = "act_router"
-    elif name.startswith("attn"):
-        fam = "attention"
-    elif name.startswith("router"):
-        fam = "router"
-    elif name.startswith("numerics"):
-        fam = "numerics"
-    else:
-        fam = "other"
-    return MonitorInfo(name, fam, "head", "both", "")
+    return MonitorInfo(name, _guess_family(name), "head", "both", "")
+
+
+def _guess_family(name: str) -> str:
+    """The family of an unregistered series: that of a registered series with the same prefix."""
+    from ckptscan.monitors import REGISTRY
+
+    split = series_names.split
+    block = split(name)[0]
+    sub = split(split(name)[1])[0] if block == "act" else None
+    for s in REGISTRY.values():
+        b = split(s.name)[0]
+        if (b == block or series_names.is_attention(name) and series_names.is_attention(s.name)) and (
+                sub is None or split(split(s.name)[1])[0] == sub):
+            return s.family
+    return "other"
 
 
 def families(names) -> dict[str, list[str]]:
@@ -59,7 +62,9 @@ def families(names) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for n in sorted(names):
         out.setdefault(monitor_info(n).family, []).append(n)
-    order = {f: i for i, f in enumerate(FAMILIES)}
+    from ckptscan.monitors import family_order
+
+    order = {f: i for i, f in enumerate(family_order())}
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
@@ -159,7 +164,8 @@ def markers(summary: dict) -> dict[str, int | None]:
 
 def leading_monitors(summary: dict, names, k: int = 4) -> list[str]:
     """The monitors to show first: those named by the evidence (in its order), then the primary
-    monitors of the notes, restricted to series the timeline has."""
+    monitors of the notes, then the ``leading`` series of other registered families, restricted to
+    series the timeline has."""
     names = list(names)
     present = set(names)
     out: list[str] = []
@@ -167,19 +173,13 @@ def leading_monitors(summary: dict, names, k: int = 4) -> list[str]:
         m = e.get("monitor")
         if m in present and m not in out:
             out.append(m)
-    for d in DEFAULT_LEADING:
+    from ckptscan.monitors import leading
+
+    for d in (*DEFAULT_LEADING, *leading()):
         for n in names:
-            if n not in out and _same_monitor(n, d):
+            if n not in out and series_names.same_monitor(n, d):
                 out.append(n)
     return out[:k]
-
-
-def _same_monitor(name: str, base: str) -> bool:
-    """``attn_rope.D2.entropy2`` is the block-prefixed variant of ``attn.D2.entropy2``."""
-    if name == base:
-        return True
-    block, _, rest = name.partition(".")
-    return base.startswith("attn.") and block.startswith("attn") and rest == base[len("attn."):]
 
 
 def alarm_steps(summary: dict, monitor: str) -> list[dict]:
@@ -293,27 +293,23 @@ def downsample_xy(x, y, max_points: int):
 
 
 def detector_scores(summary: dict, timeline, name: str) -> np.ndarray | None:
-    """[L, N]: the score the self-referenced detector of a *rate* series gave each layer and
-    checkpoint (the number its alarms were raised on; NaN where unscored), or None.
+    """[L, N]: the score the detector of a *rate* series gave each layer and checkpoint (the number
+    its alarms were raised on; NaN where unscored), as the judgement stored it with the timeline
+    (``/scores``), or None.  Nothing is recomputed: a result stored before the scores were kept
+    shows the display deviation instead.
 
     Rate series (update ratios, ||D3||/||D2||, ||M||) trend in healthy training, so their distance
     from an early baseline says nothing; their detector scores the change against the run's own
     recent behaviour.  Level series (entropies) keep the display deviation from the early level,
     which stays visible after a collapse (the detector's rolling baseline re-bases after a window
-    of refused values).  The scores the judgement stored with the timeline; for a result stored
-    before it kept them, recomputed (None when it was judged against a reference run, not at hand)."""
+    of refused values)."""
     from ckptscan.judge import detect
 
     det = detect.detector_for(timeline, name)
     if det is None or det.mode != "rate":
         return None
     stored = getattr(timeline, "scores", {}).get(name)
-    if stored is not None:
-        return np.asarray(stored, dtype=np.float64).T.copy()
-    if (summary.get("detection") or {}).get("baseline") == "reference-run":
-        return None
-    sc = detect.layer_scores(timeline, name)
-    return None if sc is None else sc.T.copy()
+    return None if stored is None else np.asarray(stored, dtype=np.float64).T.copy()
 
 
 def deviation(mat: np.ndarray, direction: str, baseline_frac: float = 0.2) -> np.ndarray:
