@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ckptscan import __version__
+from ckptscan.config import AnalysisConfig
 from ckptscan.discover.checkpoints import Checkpoint, Skipped, discover_run, no_checkpoints_error
 from ckptscan.errors import (
     EXIT_ANOMALY,
@@ -23,6 +24,7 @@ from ckptscan.errors import (
     describe,
 )
 from ckptscan.judge import logs
+from ckptscan.judge.verdict import Reference, judge
 from ckptscan.layouts import load_config_file
 from ckptscan.limits import JsonError, parse_json
 from ckptscan.pipeline.activations import add_churn_final
@@ -99,69 +101,64 @@ def _json_default(o):
 
 def analyze(
     run_dir: str | Path,
+    config: AnalysisConfig | None = None,
     *,
     out_dir: str | Path | None = None,
-    steps: str | None = None,
-    every: int | None = None,
-    step_regex: str | None = None,
-    device: str = "auto",
-    layout_file: str | Path | None = None,
-    trust_pickle: bool = False,
-    replay: bool = True,
-    replay_pattern: str | None = None,
-    log_file: str | Path | None = None,
-    baseline: str | Path | None = None,
-    config_file: str | Path | None = None,
-    heads: int | None = None,
-    kv_heads: int | None = None,
     on_progress: Callable[[int, int, Checkpoint, str], None] | None = None,
     debug: bool = False,
     command: list[str] | None = None,
+    **options,
 ) -> Result:
     """Analyse a training run's checkpoints; write the timeline and summary; return the Result.
 
-    Nothing is written inside ``run_dir``: results go to ``out_dir`` (default
-    ``./ckptscan-out/<run-name>/``).  Re-running reuses every unchanged checkpoint's stored part.
-    ``config_file`` is an HF config.json (or a layout TOML, then it is the layout file); ``heads`` and
-    ``kv_heads`` override the head counts of any config.
+    ``config`` (``AnalysisConfig``) holds every choice of the analysis; without one, ``options`` are
+    its fields (``analyze(run, steps="0:500", device="cpu")``).  Nothing is written inside
+    ``run_dir``: results go to ``out_dir`` (default ``./ckptscan-out/<run-name>/``).  Re-running
+    reuses every unchanged checkpoint's stored part.  With ``config.baseline``, the reference run is
+    analysed first (cached inside ``out_dir``) and its timeline handed to the judgement.
     """
+    if config is None:
+        config = AnalysisConfig(**options)
+    elif options:
+        raise TypeError(f"analyze: give an AnalysisConfig or its fields, not both ({', '.join(options)})")
     t0 = time.time()
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UsageError("no such folder" if not run_dir.exists() else
                          "not a folder (give the folder that holds the checkpoints)", run_dir)
-    selection = {"steps": steps, "every": every, "step_regex": step_regex}
+    cfg = config
+    selection = cfg.selection
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir, selection)
-    evidence = [run_dir, None if baseline is None else Path(baseline)]
+    evidence = [run_dir, cfg.baseline]
     check_outputs(evidence, out)
-    if baseline is not None:
-        check_outputs(evidence, baseline_out_dir(out, Path(baseline)))
+    if cfg.baseline is not None:
+        check_outputs(evidence, baseline_out_dir(out, cfg.baseline))
     claim_out_dir(out, run_dir, selection)
-    if layout_file is not None and not Path(layout_file).is_file():
-        raise UsageError(f"--layout {layout_file}: no such file")
-    if log_file is not None and not Path(log_file).exists():
-        raise UsageError(f"--log {log_file}: no such file or folder")
-    layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
-    found = discover_run(run_dir, step_regex=step_regex, steps=steps, every=every)
+    if cfg.layout_file is not None and not cfg.layout_file.is_file():
+        raise UsageError(f"--layout {cfg.layout_file}: no such file")
+    if cfg.log_file is not None and not cfg.log_file.exists():
+        raise UsageError(f"--log {cfg.log_file}: no such file or folder")
+    layout_file, config_file, overrides = model_inputs(cfg.config_file, cfg.layout_file, cfg.heads, cfg.kv_heads)
+    found = discover_run(run_dir, step_regex=cfg.step_regex, steps=cfg.steps, every=cfg.every)
     ckpts, skipped = found.checkpoints, found.skipped
     if debug:  # stop at the first bad checkpoint, also one that discovery already turned away
         bad = next((x for x in skipped if x.error), None)
         if bad is not None:
             raise InputError(bad.reason, bad.path)
     if not ckpts:
-        raise no_checkpoints_error(run_dir, skipped, steps=steps, step_regex=step_regex)
+        raise no_checkpoints_error(run_dir, skipped, steps=cfg.steps, step_regex=cfg.step_regex)
     options = Options(
-        device=resolve_device(device),
-        trust_pickle=trust_pickle,
+        device=resolve_device(cfg.device),
+        trust_pickle=cfg.trust_pickle,
         layout_file=Path(layout_file) if layout_file else None,
-        replay=replay,
-        replay_pattern=replay_pattern,
+        replay=cfg.replay,
+        replay_pattern=cfg.replay_pattern,
         config_file=config_file,
         model_overrides=overrides,
         run_folder=found.run_folder,
     )
-    log_offset = 0
+    log_file, log_offset = cfg.log_file, 0
     if log_file is None:
         log_file = logs.find_log(found.run_folder, None, found.framework.logs if found.framework else ())
         log_offset = found.framework.log_step_offset if found.framework else 0
@@ -180,16 +177,11 @@ def analyze(
     meta = {"run": str(run_dir), "layout": layout_desc}
     timeline = assemble([r.step for r in results], [r.values for r in results], meta)
 
-    from ckptscan.judge.verdict import judge
-
     failure = None
-    kwargs = {"out_dir": str(out), "steps": steps, "every": every, "step_regex": step_regex, "device": device,
-              "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
-              "replay_pattern": replay_pattern, "config_file": config_file, "heads": heads,
-              "kv_heads": kv_heads}
     try:
-        judgement = judge(run_dir, timeline, findings, log_file=log_file, baseline=baseline,
-                          analyze_kwargs=kwargs, checkpoint_steps=found.all_steps, log_step_offset=log_offset)
+        reference = _reference(cfg, out) if cfg.baseline is not None else None
+        judgement = judge(run_dir, timeline, findings, log_file=log_file, reference=reference,
+                          checkpoint_steps=found.all_steps, log_step_offset=log_offset)
     except Exception as e:  # noqa: BLE001 -- re-raised below, once the summary of what was done is written
         judgement, failure = _unjudged(e), e
     timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on
@@ -229,6 +221,13 @@ def analyze(
     if failure is not None:
         raise failure
     return result
+
+
+def _reference(cfg: AnalysisConfig, out: Path) -> Reference:
+    """The ``baseline`` run analysed with the same configuration (its results cached inside ``out``)."""
+    cache = baseline_out_dir(out, cfg.baseline)
+    res = analyze(cfg.baseline, cfg.for_reference(), out_dir=cache)
+    return Reference(res.timeline, str(cfg.baseline), str(cache))
 
 
 OWNER_FILE = "run.json"  # in an output folder: the run (resolved path) and checkpoint selection it holds
@@ -323,11 +322,10 @@ def _config_or_layout(config_file, layout_file) -> tuple[Path | None, Path | Non
 
 
 def _head_overrides(heads: int | None, kv_heads: int | None) -> dict:
+    """Config overrides (canonical keys) from ``--heads``/``--kv-heads`` (checked >= 1 by ``AnalysisConfig``)."""
     out = {}
-    for key, value, flag in (("num_attention_heads", heads, "--heads"), ("num_key_value_heads", kv_heads, "--kv-heads")):
+    for key, value in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
         if value is not None:
-            if value < 1:
-                raise UsageError(f"{flag} {value}: must be >= 1")
             out[key] = value
     return out
 

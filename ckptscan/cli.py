@@ -227,18 +227,17 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     (no alarm, but too little of the run could be examined to call it healthy).
     """
     from ckptscan.api import analyze as run
+    from ckptscan.config import AnalysisConfig
     from ckptscan.pipeline.analyzer import check_outputs
     from ckptscan.report import emit
 
+    config = AnalysisConfig(steps=steps, every=every, step_regex=step_regex, device=device, layout_file=layout_file,
+                            config_file=config_file, heads=heads, kv_heads=kv_heads, trust_pickle=trust_pickle,
+                            replay=replay, replay_pattern=replay_pattern, log_file=log_file, baseline=baseline)
     check_outputs([run_dir, baseline], files=(html_file, junit_file))  # before anything is written
     with _progress(not quiet) as on_progress:
-        result = run(
-            run_dir, out_dir=out_dir, steps=steps, every=every, step_regex=step_regex, device=device,
-            layout_file=layout_file, trust_pickle=trust_pickle, replay=replay, replay_pattern=replay_pattern,
-            log_file=log_file, baseline=baseline, config_file=config_file, heads=heads, kv_heads=kv_heads,
-            on_progress=on_progress, debug=debug,
-            command=["ckptscan", *sys.argv[1:]],
-        )
+        result = run(run_dir, config, out_dir=out_dir, on_progress=on_progress, debug=debug,
+                     command=["ckptscan", *sys.argv[1:]])
     click.get_current_context().meta[VERDICT_REACHED] = True
     for sk in result.skipped:  # on stderr too: with --quiet or --json this is the only place they show
         kind = "warning: skipped" if sk.error else "note: skipped (expected in a live run)"

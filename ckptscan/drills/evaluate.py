@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from ckptscan.cli import handle_errors
+from ckptscan.config import AnalysisConfig
 from ckptscan.errors import CkptscanError, UsageError
 
 TRUTH_CLASS = {"lowprec-attention": "lowprec_attention", "high-lr": "high_lr", "combined": "combined",
@@ -165,14 +166,16 @@ def rejudge(run: Path, out_dir: Path, params) -> dict:
                                    log_step_offset=log.get("step_offset") or 0)}
 
 
-def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, **analyze_kwargs) -> list[dict]:
+def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, config=None,
+             **options) -> list[dict]:
     """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
 
     Fault-free runs (healthy or benign) under ``runs_dir`` and ``twins_dir`` serve as twins for
     the log-only detector's specific lead (``specific_log_alarm``); their logs are read, not analysed.
     ``on_run(i, total, row, seconds)`` is called after each run (progress).  With ``params``
     (``detect.Params``), runs already analysed under ``out_root`` are judged again with them
-    (``rejudge``) instead of with the defaults."""
+    (``rejudge``) instead of with the defaults.  ``config`` (``AnalysisConfig``), or its fields as
+    ``options``, is how each run is analysed."""
     from ckptscan.api import analyze
     from ckptscan.judge import logs
 
@@ -188,7 +191,7 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, 
         t0 = time.monotonic()
         truth = json.loads((run / "truth.json").read_text())
         try:
-            summary = analyze(run, out_dir=root / run.name, **analyze_kwargs).summary
+            summary = analyze(run, config, out_dir=root / run.name, **options).summary
             if params is not None:
                 summary = rejudge(run, root / run.name, params)
         except CkptscanError as e:  # one run that cannot be analysed is a row, not the end of the evaluation
@@ -318,8 +321,8 @@ def eval_cmd(runs_dir: Path, out_root: Path | None, twins_dir: Path | None, devi
         click.echo(f"ckptscan eval: run {i + 1}/{total} {row['run']}: {row['verdict']} ({seconds:.1f}s)",
                    err=True)
 
-    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, device=device, on_run=progress,
-                    debug=debug)
+    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, config=AnalysisConfig(device=device),
+                    on_run=progress, debug=debug)
     if as_json:
         click.echo(json.dumps({"rows": rows, "totals": totals(rows)}, indent=2))
     else:

@@ -1,6 +1,7 @@
 """The judgement of a run: training log + detection + classification -> the summary.json keys.
 
-``judge`` is what ``ckptscan.api.analyze`` calls once the timeline is assembled.  It returns
+``judge`` is what ``ckptscan.api.analyze`` calls once the timeline is assembled (and a reference
+run, if any, analysed).  It returns
 ``verdict``, ``loss``, ``lead_time_steps``, ``log_only_lead_time_steps``, ``alarms`` (first alarm
 per watched series), ``log`` (where the loss curve came from) and ``baseline`` (reference run used,
 if any).  Everything is JSON-serialisable with ``allow_nan=False``.
@@ -9,7 +10,7 @@ if any).  Everything is JSON-serialisable with ``allow_nan=False``.
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,22 +21,14 @@ def _layers(timeline) -> int:
     return max((timeline.get(n).shape[1] for n in timeline.names()), default=0)
 
 
-def _reference_timeline(baseline, analyze_kwargs: dict | None):
-    """Analyse the healthy reference run (results cached beside this run's output folder)."""
-    from ckptscan.api import analyze
-    from ckptscan.pipeline.analyzer import baseline_out_dir
+@dataclass(frozen=True)
+class Reference:
+    """A healthy reference run's timeline (``--baseline``), analysed by the caller
+    (``ckptscan.api.analyze``), with where it came from."""
 
-    kw = dict(analyze_kwargs or {})
-    out = kw.pop("out_dir", None)
-    kw.pop("log_file", None)
-    kw.pop("baseline", None)
-    base = Path(baseline)
-    if out is not None:
-        cache = baseline_out_dir(Path(out), base)
-    else:
-        cache = Path.cwd() / "ckptscan-out" / "baselines" / base.resolve().name
-    res = analyze(base, out_dir=cache, **{k: v for k, v in kw.items() if v is not None or k == "steps"})
-    return res.timeline, str(cache)
+    timeline: object  # ``ckptscan.store.timeline.Timeline``
+    run: str  # the reference run folder
+    out: str | None = None  # where its analysis is cached
 
 
 def _clean(o):
@@ -51,10 +44,12 @@ def _clean(o):
     return o
 
 
-def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwargs=None,
+def judge(run_dir, timeline, findings, log_file=None, reference: Reference | None = None,
           checkpoint_steps=None, params: detect.Params | None = None, loss: dict | None = None,
           log_step_offset: int = 0) -> dict:
-    """``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
+    """Judge one analysed run (pure: reads the run's log, computes nothing from checkpoints).
+    ``reference``: a healthy run's timeline to compare against step by step (``Reference``).
+    ``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
     against the log's steps; when they cannot be aligned the lead time is not reported.
     ``params``: the detection parameters (the defaults are the documented ones); ``loss``: a
     ``logs.summarize`` result already at hand (it is read from the run otherwise).  Sets
@@ -69,10 +64,8 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
         misaligned = logs.alignment_problem(curve.steps, ck)
         log["aligned"] = misaligned is None
         log["notes"] = [*log["notes"], *([misaligned] if misaligned else [])]
-    reference, ref_out = (None, None)
-    if baseline is not None:
-        reference, ref_out = _reference_timeline(baseline, analyze_kwargs)
-    detection = detect.run_detection(timeline, params, reference=reference)
+    detection = detect.run_detection(timeline, params,
+                                     reference=reference.timeline if reference is not None else None)
     alarms = detection.alarms
     timeline.scores = detection.scores  # what the alarms were raised on, stored beside the monitors
     coverage = detect.examination(detection, timeline.steps, params)
@@ -98,7 +91,7 @@ def judge(run_dir, timeline, findings, log_file=None, baseline=None, analyze_kwa
         "alarms": detect.first_alarms_by_monitor(alarms),
         "log": log,
         "detection": {"baseline": "reference-run" if reference is not None else "self", "coverage": coverage,
-                      "reference_run": str(baseline) if baseline is not None else None,
-                      "reference_out": ref_out, **vars(params)},
+                      "reference_run": reference.run if reference is not None else None,
+                      "reference_out": reference.out if reference is not None else None, **vars(params)},
     }
     return _clean(out)
