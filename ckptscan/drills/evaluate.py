@@ -18,13 +18,14 @@ import click
 from ckptscan.cli import handle_errors
 from ckptscan.config import AnalysisConfig
 from ckptscan.errors import CkptscanError, UsageError
-
-TRUTH_CLASS = {"lowprec-attention": "lowprec_attention", "high-lr": "high_lr", "combined": "combined",
-               "none": "healthy", "benign": "healthy", "overflow": "overflow"}
+from ckptscan.judge.faults import from_drill_name
 
 
 def truth_class(truth: dict) -> str:
-    return TRUTH_CLASS.get(str(truth.get("fault")), str(truth.get("fault")))
+    """The verdict class a drill's ``truth.json`` calls for (its ``fault`` as spelled in the drills)."""
+    fault = str(truth.get("fault"))
+    cls = from_drill_name(fault)
+    return fault if cls is None else cls.value
 
 
 def find_runs(runs_dir: Path) -> list[Path]:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ckptscan.judge.faults import INJECTABLE, NO_FAULT
 from ckptscan.judge.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
 from ckptscan.record import ReplayRecorder
 
@@ -36,7 +37,7 @@ from .model import LowPrecFault, TinyConfig, TinyLM
 from .naming import NAMINGS, config_json, hf_state_dict
 from .writer import FOLDER_STYLES, folder_name, save_weights, write_json
 
-FAULTS = ("none", "lowprec-attention", "high-lr", "combined")
+FAULTS = (NO_FAULT, *(f.drill_name for f in INJECTABLE))  # "none", "lowprec-attention", "high-lr", "combined"
 BENIGN = (None, "warmup-cut", "data-switch")
 DEFAULT_SEVERITY = {"lowprec-attention": 1000.0, "high-lr": 8.0}  # calibrated: docs/drills.md
 

@@ -62,6 +62,10 @@ class AttnBlock:
         return torch.arange(self.n_heads) // self.group
 
 
+# the routing rules a router may follow (``RouterBlock.routing``; the maths: ``monitors.activations``)
+ROUTINGS = ("softmax_topk", "topk_softmax", "sigmoid_bias")
+
+
 @dataclass(frozen=True)
 class RouterBlock:
     layer: int

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 ATTN_ROLES = ("q", "k", "qkv", "q_norm", "k_norm", "q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "kv_b")
 ROUTER_ROLES = ("router", "router_bias")
-ROUTINGS = ("softmax_topk", "topk_softmax", "sigmoid_bias")
 QKV_ORDERS = ("contiguous", "per_head", "per_group")
 
 

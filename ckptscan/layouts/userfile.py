@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LayoutError
-from .families import ATTN_ROLES, QKV_ORDERS, ROUTER_ROLES, ROUTINGS
+from .base import ROUTINGS
+from .families import ATTN_ROLES, QKV_ORDERS, ROUTER_ROLES
 
 # [model] key -> (canonical config.json key, type)
 MODEL_KEYS: dict[str, tuple[str, type]] = {

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from ckptscan.layouts.base import ROUTINGS
 from ckptscan.monitors.linalg import lowrank_sq_singular_values, spectral_entropy
 from ckptscan.monitors.registry import register
 
@@ -260,7 +261,6 @@ def attention_activation_monitors(
 # --------------------------------------------------------------------------------------------------
 # router
 
-ROUTINGS = ("softmax_topk", "topk_softmax", "sigmoid_bias")
 
 
 def routing_scores(z: torch.Tensor, bias: torch.Tensor | None, routing: str, top_k: int):

@@ -23,6 +23,18 @@ from ckptscan.monitors.activations import (
 )
 from ckptscan.replay.contract import ReplayFile
 
+_TOPK = "topk."  # a part file's extras: "topk.<layer>" holds one router layer's top-k decisions
+
+
+def topk_key(layer: int) -> str:
+    """The extras key under which a checkpoint's part file keeps router layer ``layer``'s top-k."""
+    return f"{_TOPK}{layer}"
+
+
+def topk_by_layer(extras: dict) -> dict[int, np.ndarray]:
+    """Layer -> top-k decisions [tokens, k], from a part file's extras (``topk_key``)."""
+    return {int(k[len(_TOPK):]): v for k, v in extras.items() if k.startswith(_TOPK)}
+
 
 @dataclass
 class ReplayState:
@@ -103,7 +115,7 @@ def activation_values(
                 for name, v in vals.items():
                     put(name, r.layer, v, 1)
                 topk_now[r.layer] = idx.cpu()
-                extras[f"topk.{r.layer}"] = idx.cpu().numpy().astype(np.int16)
+                extras[topk_key(r.layer)] = idx.cpu().numpy().astype(np.int16)
         finally:
             if prev_rf is not None:
                 prev_rf.close()
@@ -113,16 +125,16 @@ def activation_values(
 def add_churn_final(results) -> None:
     """``act.router.churn_final``: each checkpoint's routing vs the final checkpoint's, per layer
     (OLMoE's router saturation), from the top-k decisions stored with every checkpoint."""
-    final = next((r for r in reversed(results) if any(k.startswith("topk.") for k in r.extras)), None)
+    final = next((r for r in reversed(results) if topk_by_layer(r.extras)), None)
     if final is None:
         return
+    last = topk_by_layer(final.extras)
     for r in results:
-        for key, idx in r.extras.items():
-            if not key.startswith("topk.") or key not in final.extras or idx.shape != final.extras[key].shape:
+        for layer, idx in topk_by_layer(r.extras).items():
+            if layer not in last or idx.shape != last[layer].shape:
                 continue
-            layer = int(key.split(".", 1)[1])
             arr = r.values.setdefault("act.router.churn_final", np.full((final.values["numerics.nonfinite"].shape[0], 1), np.nan, np.float32))
-            arr[layer, 0] = routing_churn(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(final.extras[key].astype(np.int64)))
+            arr[layer, 0] = routing_churn(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(last[layer].astype(np.int64)))
 
 
 def _try(load, *args):

@@ -35,7 +35,7 @@ from ckptscan.monitors import attention, names, router
 from ckptscan.monitors.attention import Workspace
 from ckptscan.monitors.numerics import nonfinite_count
 from ckptscan.monitors.registry import BlockStep, Family
-from ckptscan.pipeline.activations import ReplayState, activation_values
+from ckptscan.pipeline.activations import ReplayState, activation_values, topk_by_layer
 from ckptscan.readers import open_checkpoint
 from ckptscan.readers._common import file_stat
 from ckptscan.readers.torchfile import TorchSource
@@ -437,7 +437,7 @@ def _stat_identity(path: Path | None):
 
 
 def _replay_state_from(replay_path: Path, extras: dict) -> ReplayState:
-    topk = {int(k.split(".", 1)[1]): torch.from_numpy(v.astype(np.int64)) for k, v in extras.items() if k.startswith("topk.")}
+    topk = {layer: torch.from_numpy(v.astype(np.int64)) for layer, v in topk_by_layer(extras).items()}
     return ReplayState(replay_path, topk)
 
 
