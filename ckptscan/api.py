@@ -23,8 +23,8 @@ from ckptscan.errors import (
     UsageError,
     describe,
 )
-from ckptscan.judge import logs
-from ckptscan.judge.verdict import Reference, judge
+from ckptscan.judge import logs, verdict
+from ckptscan.judge.verdict import Reference
 from ckptscan.layouts import load_config_file
 from ckptscan.limits import JsonError, parse_json
 from ckptscan.pipeline.activations import add_churn_final
@@ -180,8 +180,8 @@ def analyze(
     failure = None
     try:
         reference = _reference(cfg, out) if cfg.baseline is not None else None
-        judgement = judge(run_dir, timeline, findings, log_file=log_file, reference=reference,
-                          checkpoint_steps=found.all_steps, log_step_offset=log_offset)
+        judgement = verdict.judge(run_dir, timeline, findings, log_file=log_file, reference=reference,
+                                  checkpoint_steps=found.all_steps, log_step_offset=log_offset)
     except Exception as e:  # noqa: BLE001 -- re-raised below, once the summary of what was done is written
         judgement, failure = _unjudged(e), e
     timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on

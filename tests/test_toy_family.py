@@ -121,3 +121,18 @@ def test_a_family_with_a_detector_of_a_series_it_does_not_register_is_refused():
     with pytest.raises(ValueError, match="not a series of family"):
         register_family(bad)
     assert "bad.x" not in REGISTRY
+
+
+def test_parts_stored_before_a_family_was_registered_are_computed_again(tmp_path):
+    out = tmp_path / "out"
+    first = analyze(FIXTURE, out_dir=out, device="cpu", steps=":300", command=["test"])
+    assert first.summary["checkpoints"]["reused"] == 0 and "toy.q_fro" not in first.timeline
+    register_family(TOY)
+    try:
+        again = analyze(FIXTURE, out_dir=out, device="cpu", steps=":300", command=["test"])
+    finally:
+        unregister_family(TOY.name)
+    assert again.summary["checkpoints"]["reused"] == 0
+    assert np.isfinite(again.timeline.get("toy.q_fro")).all()
+    third = analyze(FIXTURE, out_dir=out, device="cpu", steps=":300", command=["test"])  # without it: reused
+    assert third.summary["checkpoints"]["reused"] == len(third.summary["checkpoints"]["steps"])

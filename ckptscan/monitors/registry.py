@@ -146,7 +146,7 @@ def register_family(family: Family) -> Family:
 
 
 def unregister_family(name: str) -> None:
-    """Remove a family, its series and its detectors (tests that register a toy family)."""
+    """Remove a family, its series and its detectors (a test that registered one for a while)."""
     fam = next(f for f in FAMILIES if f.name == name)
     FAMILIES.remove(fam)
     for s in fam.series:

@@ -197,6 +197,8 @@ class Analyzer:
             if self.layout_desc is None:
                 self.layout_desc = layout.describe()
             outside = self._outside(_weight_files(src).values())
+            if stored is not None and not _has_every_series(stored[0], layout):
+                stored = None  # stored before a family registered now: computed again
             if stored is not None:
                 return self._reused(ckpt, identity, replay_path, layout, outside, *stored)
 
@@ -410,6 +412,12 @@ def check_memory(layout: Layout, budget: int) -> None:
                              f"{b.n_kv_heads} kv heads, head_dim {b.head_dim}, hidden {b.hidden}, "
                              f"{layout.n_layers} layers) needs about {size_text(need)}, more than the memory "
                              f"budget of {size_text(budget)} (set {BUDGET_ENV} to allow more)")
+
+
+def _has_every_series(values: dict, layout: Layout) -> bool:
+    """A stored part holds every series of the registered families this layout has (the loop
+    writes them all, NaN where undefined), so one that lacks some predates a family registered now."""
+    return all(s.name in values for fam in registry.FAMILIES if fam.blocks(layout) for s in fam.series)
 
 
 def _safe(load, *args):
