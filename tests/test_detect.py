@@ -499,3 +499,44 @@ def test_extend_back_stops_at_a_checkpoint_that_is_not_allowed():
     assert detect.extend_back(z, 4, 2.0) == 1
     allowed = np.array([True, True, False, True, True, True, True])
     assert detect.extend_back(z, 4, 2.0, allowed) == 3  # stops at the gap, not at the first allowed one
+
+
+def _quiet_entropy(seed):
+    """``healthy(seed)`` with D2 entropies whose noise is far below the floor: a head's score is
+    its drop over 0.05, so a planted drop sets it."""
+    s = healthy(seed)
+    rng = np.random.default_rng(seed + 1000)
+    ent = 0.45 + 0.002 * rng.standard_normal((N, L, H))
+    ent[0], ent[1] = np.nan, 0.25
+    s["attn.D2.entropy2"] = ent
+    return s
+
+
+def test_a_lone_head_needs_a_higher_peak():
+    """One head's D2 entropy dropping by 3.5 floors for the rest of the run (a benign LR restart
+    in the corpus did this to a single head): one head among a model's many crossing z 3 three
+    times in a row is likely by chance; the old rule alarmed.  Two heads dropping together, or one
+    dropping far (z 5), still alarm."""
+    for seed in range(5):
+        s = _quiet_entropy(seed)
+        s["attn.D2.entropy2"][8:, 1, 2] -= 0.175
+        old = detect.detect(tl(s), detect.Params(z_lone=0.0))
+        assert [(a.layer, a.head, a.first_step) for a in old] == [(1, 2, STEPS[8])], seed
+        assert detect.detect(tl(s)) == [], seed
+        s["attn.D2.entropy2"][8:, 0, 1] -= 0.175  # another head, another layer, at the same time
+        assert {(a.layer, a.head) for a in detect.detect(tl(s))} == {(1, 2), (0, 1)}, seed
+        far = _quiet_entropy(seed)
+        far["attn.D2.entropy2"][8:, 1, 2] -= 0.25
+        assert [(a.layer, a.head) for a in detect.detect(tl(far))] == [(1, 2)], seed
+
+
+def test_one_accepted_value_is_no_baseline():
+    """A series scored against a single accepted value (the old ``min_history`` of 1) alarms on
+    the first move after its layer settles: in the corpus, an SGD run's ||D3||/||D2|| two points
+    after settling.  Two accepted values are needed now."""
+    x = np.array([np.nan, 1.0, 0.5, 0.2, 0.2, 0.2, 0.2])
+    det = detect.Detector("attn.D2.entropy2", "level", False, True, 0.05, "structure")
+    old = detect.score_self(x, det, "down", detect.Params(min_history=1))
+    assert old.z[3] > 3 and detect.first_sustained(old.exceed, 3) == 3
+    new = detect.score_self(x, det, "down")
+    assert np.isnan(new.z[3]) and np.isfinite(new.z[4])

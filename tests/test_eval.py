@@ -132,9 +132,10 @@ KNOWN_MISS = {p.name for p in (sorted(FIXTURES.glob("*")) if FIXTURES.is_dir() e
               if (p / "truth.json").is_file() and (_checkpoints_in_window(p) or 99) < 2}
 # Fault runs where the log-only rule's first post-onset alarm is earlier than ours, documented in
 # docs/detection.md ("Known limits"): the LR growth turns an ordinary grad-norm blip at step 516
-# into a 6-sigma one, one checkpoint after onset; both faults start at step 400, the checkpoint at
-# which these runs leave their early phase, so the first point scored against a baseline is 600.
-KNOWN_LOG_ONLY_WINS = {"combined-moe", "highlr-moe"}
+# into a 6-sigma one, one checkpoint after onset; all three faults start at step 400, the
+# checkpoint at which these runs leave their early phase, and a point is scored once two values
+# after it are in its baseline, so the first scored point is 700 (saves every 100 steps).
+KNOWN_LOG_ONLY_WINS = {"combined-moe", "highlr-moe", "lowprec-moe"}
 
 
 def _params(runs):

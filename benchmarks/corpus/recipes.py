@@ -212,6 +212,12 @@ def fresh() -> list[RunSpec]:
     return _held_out(seed0=300, shift=4)
 
 
+def final() -> list[RunSpec]:
+    """A third held-out part, generated after the rules were chosen again on all three parts above
+    (adding ``z_lone`` and ``min_history`` 2): other seeds (400-444), the cycles shifted by 2."""
+    return _held_out(seed0=400, shift=2)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -250,4 +256,4 @@ def smoke_specs() -> list[RunSpec]:
     ]
 
 
-PARTS = {"calibration": calibration, "reported": reported, "fresh": fresh}
+PARTS = {"calibration": calibration, "reported": reported, "fresh": fresh, "final": final}

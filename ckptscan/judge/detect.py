@@ -54,7 +54,7 @@ class Params:
     persist: int = 3  # consecutive exceeding checkpoints for an alarm
     window: int = 8  # lagged baseline window (checkpoints)
     warmup_skip: int = 1  # first defined values of a series never enter a baseline
-    min_history: int = 1  # accepted baseline values needed before a series is scored
+    min_history: int = 2  # accepted baseline values needed before a series is scored (one point is no baseline)
     extend: bool = False  # date an alarm from the stretch of scores > z_accept leading into it
     match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
     breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
@@ -64,6 +64,7 @@ class Params:
     dormant_ratio: float = 0.05  # a layer whose ||M|| is below this share of the largest layer's is not learning yet
     block: float = 0.25  # checkpoints closer than this share of the run's settling time are scored in blocks
     min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
+    z_lone: float = 4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
 
 
 @dataclass
@@ -613,10 +614,24 @@ def run_detection(timeline, params: Params = Params(), reference=None,
         alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start_i]), i,
                             float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed, j - i, int(steps[i]),
                             c.det.mode))
+    alarms = _drop_lone(alarms, params)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(alarms, np.minimum(starts * k, len(fine_steps)), examined[block], k, int(examined.sum()), steps,
                      {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()})
+
+
+def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
+    """Per-head structure alarms, less those of a head alarming alone with a peak under
+    ``params.z_lone``.  One head among a model's many crossing z three times in a row by chance
+    is far likelier than any given head doing so; a numerics fault reaches more than one head, or
+    reaches one far.  Other alarms pass unchanged."""
+    heads = [a for a in alarms if a.role == "structure" and a.head is not None]
+
+    def accompanied(a: Alarm) -> bool:
+        return any(abs(b.index - a.index) < params.persist and (b.layer, b.head) != (a.layer, a.head) for b in heads)
+
+    return [a for a in alarms if a not in heads or a.score >= params.z_lone or accompanied(a)]
 
 
 def _layer_scores(cols: list[_Column], n: int) -> dict[str, np.ndarray]:
