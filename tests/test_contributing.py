@@ -11,11 +11,11 @@ TEXT = (ROOT / "CONTRIBUTING.md").read_text()
 
 def _recipes() -> dict[str, tuple[int, list[str]]]:
     out = {}
-    for section in re.split(r"^## ", TEXT, flags=re.M)[1:]:
+    for section in re.split(r"^## ", TEXT, flags=re.MULTILINE)[1:]:
         title = section.splitlines()[0]
-        m = re.search(r"^Files to touch \((\d+)\):\n\n((?:- .*\n(?:  .*\n)*)+)", section, re.M)
+        m = re.search(r"^Files to touch \((\d+)\):\n\n((?:- .*\n(?:  .*\n)*)+)", section, re.MULTILINE)
         assert m, f"{title}: no 'Files to touch (N):' list"
-        files = re.findall(r"^- `([^`]+)`", m.group(2), re.M)
+        files = re.findall(r"^- `([^`]+)`", m.group(2), re.MULTILINE)
         out[title] = (int(m.group(1)), files)
     return out
 
