@@ -188,6 +188,7 @@ def test_eval_prints_a_progress_line_per_run(tmp_path):
     assert len(json.loads(r.stdout)["rows"]) == 2  # stdout stays the JSON
 
 
+@pytest.mark.slow
 def test_a_reader_closing_stdout_early_is_not_a_failure_of_the_analysis(tmp_path):
     """``ckptscan report OUT --junit F | head -1``: exit 141 (SIGPIPE's code), no 'internal error',
     and the JUnit file keeps the verdict (it is written before anything goes to stdout)."""
