@@ -12,10 +12,9 @@ device the inputs live on.
 
 Precision: the Gram products and the cores are float64.  A Gram squares the dynamic range of a
 spectrum: singular values at 1e-4 of the largest (common in the increments of trained weights)
-become eigenvalues at 1e-8, below float32's resolution of the Gram's entries.  Measured on the
-drill weights, float32 cores put up to 25 % error on the alpha=1 spectral entropy of D2, float32
-products (with float64 cores) 7e-6 there and 5e-4 on an exactly low-rank update; float64
-throughout gives 1e-13 (ckptscan/monitors/attention.py).  The inputs themselves stay in their
+become eigenvalues at 1e-8, below float32's resolution of the Gram's entries; float32 cores or
+products measurably move the spectral entropy of D2 (the measurements: docs/monitors.md,
+docs/performance.md).  The inputs themselves stay in their
 stored precision until the product; increments
 are differences of stored values (never Gram blocks recovered by cancellation).  Eigenvalues below
 r * eps of the largest are round-off and clamped to 0.
