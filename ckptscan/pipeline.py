@@ -97,7 +97,6 @@ class CheckpointResult:
     values: dict[str, np.ndarray]  # name -> [L, K]
     findings: list[dict]
     reused: bool
-    layout: Layout | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)  # e.g. a broken replay file
     outside: list[str] = field(default_factory=list)  # files read outside the run (symlinks, HDF5 external)
@@ -204,7 +203,7 @@ class Analyzer:
             extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
             save_part(part, identity, values, extra=extra)
             self.prev = _Prev(ckpt, identity, grams)
-            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped,
+            return CheckpointResult(ckpt.step, values, findings, False, extras, skipped,
                                     outside + external)
 
     def _reused(self, ckpt, identity, replay_path, layout, outside, values, findings, extras, meta):
@@ -212,7 +211,7 @@ class Analyzer:
         skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
         self.prev = _Prev(ckpt, identity)
         self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
-        return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped,
+        return CheckpointResult(ckpt.step, values, findings, True, extras, skipped,
                                 outside + meta.get("outside", []))
 
     def _activations(self, replay_path, layout, weights, prev_weights, values):
