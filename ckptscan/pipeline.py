@@ -127,7 +127,7 @@ def _weight_files(src) -> dict[str, Path]:
 
 def file_identity(src, config_path: str | None) -> dict:
     """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
-    ident = {}
+    ident: dict[str, list | None] = {}
     for rel, p in _weight_files(src).items():
         try:
             st = p.stat()
@@ -550,7 +550,8 @@ def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, file
     in it (``OUTPUT_ENTRIES``) and each output file (``--html``, ``--junit``) must lie outside every
     evidence folder (the run first, then a ``--baseline`` run).  None entries are ignored.  Paths are
     compared resolved, so a symlink into the run is refused too."""
-    written = [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)]
+    written: list[tuple[Path | None, Path]] = (
+        [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)])
     written += [(None, Path(f)) for f in files if f is not None]
     for i, folder in enumerate(Path(e) for e in evidence if e is not None):
         inside = folder.resolve()
