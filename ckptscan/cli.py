@@ -44,7 +44,7 @@ def _console(stderr: bool = False):
     def broken_pipe():  # rich would exit 1, the code of an anomaly: end as handle_errors does
         raise BrokenPipeError
 
-    console.on_broken_pipe = broken_pipe
+    console.on_broken_pipe = broken_pipe  # type: ignore[method-assign]  # rich documents this hook for overriding
     return console
 
 

@@ -372,10 +372,7 @@ def loss_curve(summary: dict) -> Curve | None:
             return Curve(np.asarray([p[0] for p in pts]), _floats([p[1] for p in pts]), None, "summary.json")
     except (TypeError, ValueError):
         pass
-    try:
-        from ckptscan import logs
-    except ImportError:
-        return None
+    from ckptscan import logs
     log_path = None
     for holder in (summary.get("log"), loss.get("log")):  # top-level "log" is where detection puts it
         if isinstance(holder, dict) and holder.get("path"):

@@ -10,7 +10,7 @@ Offline by construction:
 * a Content-Security-Policy ``default-src 'none'`` forbids the page any fetch, even by mistake;
 * plotly's MathJax and topojson are never used (no math in labels, no geo traces).
 
-Size: plotly.js (4.8 MB) is inlined gzip-compressed and base64-encoded (2.0 MB), plus the data.
+Size: plotly.js is inlined gzip-compressed and base64-encoded, plus the data (sizes: docs/report.md).
 Data are kept compact: values rounded to 4 significant
 digits, heatmaps reduced to at most ``MAX_HEATMAP_COLS`` step columns, overview series to
 ``MAX_SERIES_POINTS`` points (min/max per bin so spikes survive), the per-head drill-down to
@@ -358,7 +358,7 @@ def _plotly_version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _plotly_js_packed() -> str:
-    """plotly.min.js gzip-compressed and base64-encoded (4.8 MB -> 2.0 MB); the page unpacks it with
+    """plotly.min.js gzip-compressed and base64-encoded (docs/report.md: sizes); the page unpacks it with
     the browser's DecompressionStream and runs it as an inline script (the CSP allows no eval)."""
     try:
         from plotly.offline import get_plotlyjs
