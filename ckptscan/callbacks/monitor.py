@@ -99,14 +99,16 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def model_config(model: torch.nn.Module) -> dict | None:
-    """The config dict of an HF model (``model.config.to_dict()``), or None."""
-    cfg = getattr(_unwrap(model), "config", None)
-    if cfg is None:
-        return None
-    if isinstance(cfg, dict):
-        return cfg
-    to_dict = getattr(cfg, "to_dict", None)
-    return to_dict() if callable(to_dict) else None
+    """The config dict of an HF model (``model.config.to_dict()``): the model's own, or that of the
+    first submodule that has one (an HF model inside a LightningModule); None without one."""
+    for m in (_unwrap(model), *model.modules()):
+        cfg = getattr(m, "config", None)
+        if isinstance(cfg, dict):
+            return cfg
+        to_dict = getattr(cfg, "to_dict", None)
+        if callable(to_dict):
+            return to_dict()
+    return None
 
 
 class ParamSource:
