@@ -306,7 +306,6 @@ def _score(x):
 def _inputs_html(result) -> str:
     s = result.summary
     ck = s.get("checkpoints") or {}
-    steps = ck.get("steps") or []
     lay = s.get("layout") or {}
     cfg = lay.get("config") or {}
     cfg_s = ", ".join(f"{k}={v}" for k, v in cfg.items() if v not in (None, {}, []))
@@ -316,8 +315,7 @@ def _inputs_html(result) -> str:
         ("run", s.get("run")), ("output folder", s.get("out")),
         ("layout", f"{lay.get('family', '?')}" + (f" ({cfg_s})" if cfg_s else "")),
         ("attention blocks / routers", f"{len(lay.get('attention') or [])} / {len(lay.get('routers') or [])}"),
-        ("checkpoints analysed", f"{ck.get('analyzed', 0)} ({ck.get('reused', 0)} reused)"
-                                 + (f", steps {steps[0]}..{steps[-1]}" if steps else "")),
+        ("points", data.points_text(s)),
         ("checkpoints skipped", len(skipped)),
         ("training log", log.get("path") if isinstance(log, dict) else None),
         ("device", s.get("device")), ("analysis", _timing(s)),
