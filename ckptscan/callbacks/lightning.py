@@ -18,7 +18,7 @@ from pathlib import Path
 try:
     from lightning.pytorch import Callback
 except ImportError:  # pragma: no cover - the older package name
-    from pytorch_lightning import Callback
+    from pytorch_lightning import Callback  # type: ignore[assignment]  # the same class, its older package
 
 from .monitor import DEFAULT_EVERY, Alarm, Monitor
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Self
+from typing import IO, Any, Self, cast
 
 import torch
 
@@ -132,7 +132,7 @@ class ParamSource:
 
     def read(self, name: str) -> torch.Tensor:
         p = self.params[name]
-        return (p.full_tensor() if _is_dtensor(p) else p).detach()
+        return (cast(Any, p).full_tensor() if _is_dtensor(p) else p).detach()
 
     def close(self) -> None:
         pass
@@ -220,7 +220,7 @@ class Monitor:
         self._last_step: int | None = None
         self._points: dict[int, tuple] = {}
         self._computed = 0
-        self._log = None
+        self._log: IO[str] | None = None
         if self.rank == 0:
             store.claim(self.out_dir, self._owner())
             self._points = {s: (s, v, f, src) for s, v, f, src in store.read_points(self.out_dir)}
@@ -259,7 +259,7 @@ class Monitor:
     def run_detection(self, step: int | None = None):
         """Assemble the points so far, judge them, write timeline.h5 and summary.json, and raise the
         alarm (once) when the verdict is anomalous; returns the ``api.Result`` (rank 0)."""
-        step = self._last_step if step is None else step
+        step = (self._last_step or 0) if step is None else step
         result = None
         verdict = None
         if self.rank == 0:
@@ -299,7 +299,8 @@ class Monitor:
             self._prev, self._engine.prev = None, None
         live = _Blocks(self.layout, self.src.read, self.device)
         with torch.no_grad():
-            values, findings, grams = Analyzer._compute(self._engine, live, self.layout, self._prev, step)
+            # a stand-in for the Analyzer and its weight readers (duck-typed): the same computation on live tensors
+            values, findings, grams = Analyzer._compute(self._engine, live, self.layout, self._prev, step)  # type: ignore[arg-type]
         identity = {"version": ANALYSIS_VERSION, "every": self.every, "prev_step": self._prev_step}
         store.write_point(self.out_dir, step, values, findings, identity)
         self._points[step] = (step, values, findings, store.SOURCE_IN_LOOP)
