@@ -3,12 +3,10 @@
 An analysis allocates and frees blocks of a few MB to a few hundred MB, checkpoint after
 checkpoint, from two threads.  glibc's default policy raises its mmap threshold after each large
 free (so later blocks come from the heap instead of fresh mappings) and gives each thread its own
-arena; the freed blocks fragment those heaps, and the peak RSS of a 1B-geometry analysis grew from
-896 MB (2 checkpoints) to 1180 MB (50).  One arena, and returning freed memory at the top of the
-heap at once, keeps it flat: 791 MB for 2, 10 and 50 checkpoints
-(``benchmarks/bench.py --memory 2,10,50 --peak-env MALLOC_ARENA_MAX=1,MALLOC_TRIM_THRESHOLD_=0``),
-for a slower analysis (the heap is re-grown more often; in-process runs of the 1B pair took
-4.0-4.8 s against 3.5-4.4 s, within the benchmark machine's noise; docs/performance.md).
+arena; the freed blocks fragment those heaps, and the peak RSS grows with the number of
+checkpoints.  One arena, and returning freed memory at the top of the heap at once, keeps it flat,
+for a slightly slower analysis (the heap is re-grown more often).  The measurements and the
+commands behind them: docs/performance.md, "Memory".
 
 This changes the whole process's allocator, so only the command-line entry point does it (it owns
 the process); ``ckptscan.analyze`` leaves a host program's allocator alone.  Nothing happens when

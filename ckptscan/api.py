@@ -349,6 +349,9 @@ def load_result(out_dir: str | Path) -> Result:
     if problems:
         raise InputError(f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})",
                          summary_path)
+    if not (out / "timeline.h5").is_file():
+        raise InputError("missing: the analysis that wrote summary.json stored no timeline here "
+                         "(re-run ckptscan analyze)", out / "timeline.h5")
     try:
         timeline = Timeline.load(out / "timeline.h5")
     except Exception as e:  # noqa: BLE001 -- a damaged HDF5 file fails in many ways: named, never a crash

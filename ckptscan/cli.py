@@ -44,7 +44,7 @@ def _console(stderr: bool = False):
     def broken_pipe():  # rich would exit 1, the code of an anomaly: end as handle_errors does
         raise BrokenPipeError
 
-    console.on_broken_pipe = broken_pipe
+    console.on_broken_pipe = broken_pipe  # type: ignore[method-assign]  # rich documents this hook for overriding
     return console
 
 
@@ -350,11 +350,15 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
 def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet, debug):
-    """Re-render a stored result (an analyze output folder) without recomputing."""
+    """Re-render a stored result (an analyze output folder) without recomputing.  An in-loop store
+    (ckptscan.callbacks) whose part files are newer than its summary is assembled and judged first."""
     from ckptscan.api import load_result
+    from ckptscan.callbacks.store import is_stale, write_result
     from ckptscan.pipeline.analyzer import check_outputs
     from ckptscan.report import emit
 
+    if is_stale(out_dir):
+        write_result(out_dir)
     result = load_result(out_dir)
     click.get_current_context().meta[EVIDENCE] = result.evidence
     check_outputs(result.evidence, files=(html_file, junit_file))

@@ -4,20 +4,26 @@ skipped inputs, option checks, output folders and the CI files written when a co
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
+import tomllib
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+import ckptscan
 from ckptscan import cli
 from ckptscan.api import analyze
 from ckptscan.cli import main
 from ckptscan.discover.checkpoints import Checkpoint
 from ckptscan.errors import InputError
 from tests.runs import make_run
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +40,26 @@ def test_help_and_version_do_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Usage: " in out and "TORCH False" in out
+
+
+def test_python_dash_m_ckptscan_is_the_cli():
+    def dash_m(*args):
+        return subprocess.run([sys.executable, "-m", "ckptscan", *args], capture_output=True, text=True, check=False)
+
+    res = dash_m("--help")
+    assert res.returncode == 0 and res.stdout.startswith("Usage: ckptscan "), res.stderr
+    res = dash_m("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"ckptscan, version {ckptscan.__version__}"
+    res = dash_m("report")
+    assert res.returncode == 2 and res.stderr.startswith("ckptscan: error: Missing argument")
+
+
+def test_one_version_source():
+    """pyproject.toml reads the version from ``ckptscan.__version__``; it writes none of its own."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "ckptscan.__version__"}
+    assert importlib.metadata.version("ckptscan") == ckptscan.__version__
 
 
 def test_progress_lines_without_a_terminal(monkeypatch, capsys):
@@ -162,6 +188,7 @@ def test_eval_prints_a_progress_line_per_run(tmp_path):
     assert len(json.loads(r.stdout)["rows"]) == 2  # stdout stays the JSON
 
 
+@pytest.mark.slow
 def test_a_reader_closing_stdout_early_is_not_a_failure_of_the_analysis(tmp_path):
     """``ckptscan report OUT --junit F | head -1``: exit 141 (SIGPIPE's code), no 'internal error',
     and the JUnit file keeps the verdict (it is written before anything goes to stdout)."""

@@ -205,6 +205,8 @@ CONTRACT = [
     ),
     Row("report OUT", "OUT does not exist", lambda e: ["report", e["tmp"] / "missing"], (2, 2, 2), "", ERROR),
     Row("report OUT", "OUT holds no summary.json", lambda e: ["report", e["empty"]], (2, 2, 2), "", ERROR),
+    Row("report OUT", "OUT holds no timeline.h5 (the file is named)", lambda e: ["report", e["no_timeline"]],
+        (3, 3, 3), "", ERROR),
     Row(
         "inspect CHECKPOINT --json",
         "a readable checkpoint",
@@ -255,6 +257,7 @@ CONTRACT = [
     ),
     Row("eval RUNS", "RUNS does not exist", lambda e: ["eval", e["tmp"] / "missing"], 2, "", ERROR),
     Row("eval RUNS", "no run in RUNS has a truth.json", lambda e: ["eval", e["empty"]], 2, "", ERROR),
+    Row("eval RUNS", "RUNS is a run without a truth.json", lambda e: ["eval", e["short"]], 2, "", ERROR),
     Row(
         "drill OUT",
         "an option value is wrong",
@@ -293,6 +296,8 @@ def env(tmp_path_factory):
     summary = json.loads((e["no_verdict"] / "summary.json").read_text())
     del summary["verdict"]
     (e["no_verdict"] / "summary.json").write_text(json.dumps(summary))
+    e["no_timeline"] = shutil.copytree(e["out"] / "healthy", tmp / "no-timeline")
+    (e["no_timeline"] / "timeline.h5").unlink()
     return e
 
 
@@ -397,3 +402,10 @@ if __name__ == "__main__":
     print(BEGIN)
     print(markdown_table())
     print(END)
+
+
+def test_report_without_a_timeline_names_the_missing_file(env):
+    res = CliRunner().invoke(main, ["report", str(env["no_timeline"])])
+    assert res.exit_code == 3 and res.stdout == ""
+    assert res.stderr == f"ckptscan: error: {env['no_timeline'] / 'timeline.h5'}: missing: the analysis that " \
+                         "wrote summary.json stored no timeline here (re-run ckptscan analyze)\n"

@@ -111,6 +111,7 @@ def keep_threads():
     torch.set_num_threads(old)
 
 
+@pytest.mark.slow
 def test_one_tiny_run_per_stack(tmp_path, keep_threads):
     trees = {"hf": "checkpoint-{}/model.safetensors", "plain": "step_{}/model.safetensors",
              "lightning": "lightning_logs/version_0/checkpoints/epoch=0-step={}.ckpt"}

@@ -189,6 +189,7 @@ def test_qwen2_moe_names(tmp_path):
     assert json.loads((tmp_path / "q" / "config.json").read_text())["num_experts"] == 4
 
 
+@pytest.mark.slow
 def test_fault_diverges_after_onset_and_healthy_does_not(tmp_path):
     kw = {**SMALL, "steps": 200, "save_every": 10, "replay": False, "onset": 60}
     healthy = run_drill(tmp_path / "h", fault="none", **kw)

@@ -150,6 +150,7 @@ def fixture_rows(tmp_path_factory):
     return {r["run"]: r for r in evaluate.evaluate(FIXTURES, out_root=out, device="cpu", replay=False)}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not FIXTURE_RUNS, reason="no drill fixtures")
 @pytest.mark.parametrize("run", _params(FIXTURE_RUNS), ids=lambda p: p.name)
 def test_fixture_run_end_to_end(run, fixture_rows):

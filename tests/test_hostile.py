@@ -217,6 +217,7 @@ CONTAINED = {
     "negative rope_theta with replay files": (lambda run: _replays(run, -10000.0), None, None),
     "a replay file with one flipped byte": (_flipped_replay, "replay file not used", "replay.h5"),
 }
+SLOW_CASES = {"a replay file with one flipped byte"}  # the replay worker's time limit: about 3 s
 LOGS = {
     "deep JSON in a log line": ('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": ' + deep(5000) + "}\n",
                                 "nested deeper"),
@@ -224,7 +225,9 @@ LOGS = {
 }
 
 
-@pytest.mark.parametrize("case", CONTAINED)
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in CONTAINED]
+)
 def test_a_bad_file_is_skipped_alone(run, tmp_path, case, monkeypatch):
     damage, words, entry = CONTAINED[case]
     monkeypatch.setenv("CKPTSCAN_REPLAY_TIMEOUT", "3")
@@ -262,6 +265,7 @@ def test_a_trainer_state_global_step_of_1e999(run, tmp_path):
     assert r.exit_code == 5 and s["log"]["points"] == 1
 
 
+@pytest.mark.slow
 @needs_setpriv
 def test_a_folder_the_user_cannot_read_is_passed_over_by_the_log_search(run, tmp_path):
     secret = run / "private"  # beside the checkpoints: the log search looks into every folder there
@@ -306,6 +310,7 @@ def _limit_file_size():
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
 
+@pytest.mark.slow
 def test_a_full_output_file_system_is_a_usage_error_naming_the_file(run, tmp_path):
     """RLIMIT_FSIZE makes every output file larger than 4 kB fail to write, as a full disk would."""
     p = subprocess.run(ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "-q", "--device", "cpu"),
@@ -318,6 +323,7 @@ def test_a_full_output_file_system_is_a_usage_error_naming_the_file(run, tmp_pat
     assert not [f for f in (tmp_path / "out" / "parts").iterdir()]  # no torn file left
 
 
+@pytest.mark.slow
 @needs_setpriv
 def test_a_read_only_output_folder_is_a_usage_error(run, tmp_path):
     out = tmp_path / "out"
@@ -435,6 +441,7 @@ def test_a_checkpoint_beyond_the_memory_budget_is_refused_with_a_clear_line(run,
 # -------------------------------------------------------------------------- 3. hangs and signals
 
 
+@pytest.mark.slow
 def test_a_replay_file_that_never_finishes_reading_is_skipped_at_the_time_limit(run, tmp_path, monkeypatch):
     """A dataset whose bytes are 'external storage' in a FIFO: HDF5 blocks on it forever."""
     _replays(run)
@@ -480,6 +487,7 @@ with open_checkpoint(path) as src:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["safetensors", "torch"])
 def test_a_checkpoint_rewritten_in_place_while_read_is_an_error_not_sigbus(tmp_path, fmt):
     path = tmp_path / ("model.safetensors" if fmt == "safetensors" else "model.pt")

@@ -30,6 +30,9 @@ from ckptscan.api import Result
 from ckptscan.report.html import write_html
 from ckptscan.store.timeline import Timeline
 
+# every test here starts headless Chromium: left out of the quick loop (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 

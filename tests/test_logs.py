@@ -246,3 +246,12 @@ def test_explicit_log_file_overrides(tmp_path):
     other.write_text("\n".join(json.dumps({"step": s, "loss": 1.0}) for s in range(5)))
     assert logs.find_log(tmp_path) == tmp_path / "metrics.jsonl"
     assert logs.summarize(tmp_path, log_file=other)["log"]["points"] == 5
+
+
+def test_spike_rule_on_non_finite_values_as_olmo_core_does():
+    """OLMo-core compares ``value > mean + 6 * std`` in floats: NaN never alarms, +inf does, and either
+    in the window makes its mean non-finite, so nothing alarms while it is there."""
+    v = [1.0 + 0.01 * (i % 3) for i in range(400)]
+    v[150], v[300] = float("nan"), float("inf")
+    got = logs.spike_alarms(v).tolist()
+    assert [i for i, a in enumerate(got) if a] == [300]

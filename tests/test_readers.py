@@ -601,3 +601,16 @@ def test_ambiguous_and_missing(tmp_path):
         open_checkpoint(tmp_path / "nope")
     (tmp_path / "notes.txt").write_text("hi")
     assert detect_format(tmp_path / "notes.txt") is None
+
+
+def test_is_complete_turns_an_unexpected_failure_into_a_reason(tmp_path, monkeypatch):
+    """Discovery's containment boundary: a reader bug while checking completeness skips the entry
+    with a one-line reason (it used to raise a TypeError of its own from the boundary)."""
+    from ckptscan import readers
+
+    def boom(path):
+        raise RuntimeError("simulated reader bug")
+
+    monkeypatch.setattr(readers, "_plan", boom)
+    ok, why = is_complete(tmp_path)
+    assert not ok and "RuntimeError: simulated reader bug" in why and "\n" not in why

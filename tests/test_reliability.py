@@ -480,6 +480,7 @@ def test_symlink_loop_in_the_run_is_listed(tmp_path):
     assert "checkpoint-300" in skipped_by_name(s)
 
 
+@pytest.mark.slow
 @needs_setpriv
 def test_unreadable_file_is_skipped_with_permission_denied(tmp_path):
     run = make_run(tmp_path / "run", n=3)
@@ -599,6 +600,7 @@ def test_interrupted_analyze_leaves_evidence_unchanged_and_resumes(tmp_path):
     assert tree_state(run) == before
 
 
+@pytest.mark.slow
 @needs_setpriv
 def test_read_only_tree_without_dac_override(tmp_path):
     """chmod -R a-w, and a process that cannot bypass permissions: analysis still works."""
@@ -644,6 +646,7 @@ def slow_run(tmp_path_factory):
     return _slow_run(tmp_path_factory.mktemp("slow") / "run", N_SLOW)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_killed_analyze_resumes_without_recomputing(tmp_path, slow_run, sig):
     run, out = slow_run, tmp_path / "out"

@@ -280,7 +280,7 @@ def format_table(rows: list[dict], width: int = 100) -> str:
             used = widths[0]
         groups[-1].append(i)
         used += 2 + widths[i]
-    lines = []
+    lines: list[str] = []
     for g in groups:
         if lines:
             lines.append("")

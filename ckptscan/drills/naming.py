@@ -25,21 +25,21 @@ def hf_state_dict(model: TinyLM, naming: str) -> dict[str, torch.Tensor]:
         raise ValueError("llama naming is dense; use mixtral or qwen2_moe for an MoE drill")
     if naming != "llama" and not cfg.moe:
         raise ValueError(f"{naming} naming needs an MoE model (n_experts > 0)")
-    out: dict[str, torch.Tensor] = {}
-    for name, t in model.state_dict().items():
-        t = t.detach().float().contiguous().clone()
-        if ".mlp." not in name or naming == "llama":
-            out[name] = t
-            continue
-        prefix, rest = name.split(".mlp.", 1)
-        router, expert_prefix, (g, u, d) = _EXPERT[naming]
-        if rest == "router.weight":
-            out[f"{prefix}.{router}"] = t
-            continue
-        _, e, proj, _w = rest.split(".")  # experts.{e}.{gate_proj|up_proj|down_proj}.weight
-        short = {"gate_proj": g, "up_proj": u, "down_proj": d}[proj]
-        out[f"{prefix}.{expert_prefix.format(e=e)}{short}.weight"] = t
-    return out
+    return {hf_name(name, naming): t.detach().float().contiguous().clone()
+            for name, t in model.state_dict().items()}
+
+
+def hf_name(name: str, naming: str) -> str:
+    """The HF name under ``naming`` of one drill-model parameter name (``model.state_dict()`` keys)."""
+    if ".mlp." not in name or naming == "llama":
+        return name
+    prefix, rest = name.split(".mlp.", 1)
+    router, expert_prefix, (g, u, d) = _EXPERT[naming]
+    if rest == "router.weight":
+        return f"{prefix}.{router}"
+    _, e, proj, _w = rest.split(".")  # experts.{e}.{gate_proj|up_proj|down_proj}.weight
+    short = {"gate_proj": g, "up_proj": u, "down_proj": d}[proj]
+    return f"{prefix}.{expert_prefix.format(e=e)}{short}.weight"
 
 
 def config_json(cfg, naming: str, dtype: str) -> dict:

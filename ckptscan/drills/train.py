@@ -95,12 +95,15 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
               mantissa_bits: int = 7, save_every: int = 100, folder_style: str = "checkpoint",
               dtype: str = "float32", fmt: str = "safetensors", shards: int = 1, replay: bool = True,
               replay_batch_size: int = 2, replay_seq: int = 64, nan_extra_saves: int = 2,
-              threads: int = 1, quiet: bool = True) -> dict:
+              threads: int = 1, quiet: bool = True, callback=None) -> dict:
     """Train a drill run into ``out_dir`` and return its ground truth (also in ``truth.json``).
 
     ``naming="llama"`` trains a dense model; ``"mixtral"`` / ``"qwen2_moe"`` an MoE model with
     ``n_experts`` experts (top ``top_k``).  ``ffn`` defaults to 128 (dense) or 32 (per expert).
     After the loss turns NaN/Inf the run stops ``nan_extra_saves`` saves later.
+    ``callback(step, model, record)``, when given, is called after every optimizer step (``record``:
+    the metrics line of that step), before that step's checkpoint is written: the hook an in-loop
+    monitor (``ckptscan.callbacks``) attaches to.
     """
     if fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
@@ -188,6 +191,8 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
                     aux_v = aux.item()
                     rec["aux_loss"] = aux_v if math.isfinite(aux_v) else None
                 mf.write(json.dumps(rec) + "\n")
+                if callback is not None:
+                    callback(step, model, rec)
                 steps_seen.append(step)
                 losses.append(ce_v)
                 if nan_step is None and not (math.isfinite(ce_v) and math.isfinite(gn_v)):

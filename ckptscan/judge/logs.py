@@ -110,8 +110,9 @@ def spike_alarms(values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SI
     """Boolean mask: value i is above mean + ``sigmas`` * std (population) of the ``window`` logged
     values before it.  As OLMo-core's stability monitor does it: no alarm until the window is full,
     none where the window's std is below ``min_std``, and every logged value enters the window,
-    spikes included.  A non-finite value is never an alarm (the divergence rule owns it) and keeps
-    the windows it enters from alarming.
+    spikes included.  A NaN is never an alarm (the divergence rule owns it); +inf is above any finite
+    threshold and alarms, as it does there.  A non-finite value keeps the windows it enters from
+    alarming.
     """
     v = np.asarray(values, dtype=np.float64)
     out = np.zeros(len(v), dtype=bool)
@@ -402,7 +403,7 @@ def _rows_trainer_state(text: str, path: Path, notes: list[str]) -> list[dict]:
 
 
 def _rows_csv(text: str, path: Path, notes: list[str]) -> list[dict]:
-    sink, rows = _NoteSink(path, notes), []
+    sink, rows = _NoteSink(path, notes), list[dict]()
     try:
         reader = csv.DictReader(text.splitlines())
         fields = reader.fieldnames or []

@@ -10,13 +10,11 @@ spectrum comes from h x h or 2h x 2h Gram blocks (``ckptscan.monitors.linalg``):
     D3   = dWq^T dWk                      ||D3||_F^2    = tr(G(dWq) G(dWk))
 
 (W at t-1, dW = W(t) - W(t-1), G(X) = X X^T).  The Gram blocks and the small cores are float64.
-What float32 would cost, measured against all-float64 on every checkpoint pair of the drill
-fixtures (trained bf16 weights) and on the unit tests' exactly rank-one update: float32 *cores*
-(Cholesky, eigvalsh) move the spectral entropy of D2 by up to 25 % -- its core mixes a weight
-block with an update block ~1e6 times smaller, and a Gram squares a spectrum's dynamic range;
-float32 *products* with float64 cores move it by 7e-6 on the drills but by 5e-4 on the rank-one
-update (the low-precision signature: many tiny singular values that float32 accumulation over d
-inflates).  So both stay float64.  dW is formed by subtracting the stored values in float64
+float32 *cores* (Cholesky, eigvalsh) would move the spectral entropy of D2 a lot -- its core
+mixes a weight block with an update block many decades smaller, and a Gram squares a spectrum's
+dynamic range; float32 *products* with float64 cores would blur the low-precision signature (many
+tiny singular values that float32 accumulation over d inflates).  So both stay float64 (what
+float32 would cost, measured: docs/monitors.md).  dW is formed by subtracting the stored values in float64
 (exact for bf16-stored weights, and for float32 values within 29 binades of each other), so no
 block is ever recovered by cancellation.  The Grams of a checkpoint's own weights
 are carried to the next pair (see ``pair_monitors``).
@@ -35,9 +33,9 @@ from ckptscan.monitors.registry import BlockStep, Detector, Family, Role, regist
 class Workspace:
     """Reusable float64 buffers for the copies of weight blocks that the Gram products need.
 
-    A fresh float64 copy of a 2048 x 2048 block costs about 7x more than copying into memory that is
-    already mapped (measured: 19.5 ms vs 2.7 ms on the benchmark machine): the allocator hands large
-    blocks back to the OS and every new one pays a page fault per 4 kB page.  The pipeline keeps one
+    A fresh float64 copy of a large block costs several times more than copying into memory that is
+    already mapped (measured: docs/performance.md): the allocator hands large blocks back to the OS
+    and every new one pays a page fault per page.  The pipeline keeps one
     Workspace per analysis (a few blocks' worth of memory); without one, a fresh float64 copy is made."""
 
     def __init__(self) -> None:
@@ -149,13 +147,16 @@ def _trace(g: torch.Tensor) -> torch.Tensor:
 
 
 def _pair(step: BlockStep) -> dict[str, torch.Tensor]:
-    values, step.keep = pair_monitors(*step.before, *step.now, step.block.kv_index(), step.carried, step.workspace)
+    assert step.before is not None
+    (wq0, wk0), (wq1, wk1) = step.before, step.now
+    values, step.keep = pair_monitors(wq0, wk0, wq1, wk1, step.block.kv_index(), step.carried, step.workspace)
     return values
 
 
 def _single(step: BlockStep) -> dict[str, torch.Tensor]:
     if step.keep is None:  # no increment this time: the Grams from the weights
-        step.keep = Grams.of(*step.now, step.workspace)
+        wq, wk = step.now
+        step.keep = Grams.of(wq, wk, step.workspace)
     return single_monitors(step.keep, step.block.kv_index())
 
 

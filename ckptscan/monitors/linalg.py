@@ -12,10 +12,9 @@ device the inputs live on.
 
 Precision: the Gram products and the cores are float64.  A Gram squares the dynamic range of a
 spectrum: singular values at 1e-4 of the largest (common in the increments of trained weights)
-become eigenvalues at 1e-8, below float32's resolution of the Gram's entries.  Measured on the
-drill weights, float32 cores put up to 25 % error on the alpha=1 spectral entropy of D2, float32
-products (with float64 cores) 7e-6 there and 5e-4 on an exactly low-rank update; float64
-throughout gives 1e-13 (ckptscan/monitors/attention.py).  The inputs themselves stay in their
+become eigenvalues at 1e-8, below float32's resolution of the Gram's entries; float32 cores or
+products measurably move the spectral entropy of D2 (the measurements: docs/monitors.md,
+docs/performance.md).  The inputs themselves stay in their
 stored precision until the product; increments
 are differences of stored values (never Gram blocks recovered by cancellation).  Eigenvalues below
 r * eps of the largest are round-off and clamped to 0.
@@ -41,9 +40,9 @@ def lowrank_sq_singular_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     return psd_product_eigvals(a.mT @ a, b.mT @ b)
 
 
-def gram_sq_singular_values(a: torch.Tensor, core_dtype=torch.float64) -> torch.Tensor:
-    """Squared singular values of ``a`` ([..., m, n]) from its smaller Gram matrix, descending."""
-    a64 = a.to(core_dtype)
+def gram_sq_singular_values(a: torch.Tensor) -> torch.Tensor:
+    """Squared singular values of ``a`` ([..., m, n]) from its smaller Gram matrix (float64), descending."""
+    a64 = a.to(torch.float64)
     g = a64 @ a64.mT if a.shape[-2] <= a.shape[-1] else a64.mT @ a64
     ev = torch.linalg.eigvalsh(0.5 * (g + g.mT)).flip(-1)
     return _clamp_floor(ev, a.dtype)
@@ -98,19 +97,18 @@ def psd_sqrt_factor(g: torch.Tensor) -> torch.Tensor:
     return dg.unsqueeze(-1) * vec * ev.clamp_min(0).sqrt().unsqueeze(-2)
 
 
-def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor, core_dtype: torch.dtype | None = None) -> torch.Tensor:
+def psd_product_eigvals(ga: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
     """Eigenvalues of ``ga @ gb`` for symmetric PSD ``ga``, ``gb`` ([..., r, r]), descending, >= 0.
 
     If ga = A^T A and gb = B^T B, these are the squared singular values of A B^T: the r x r route to
     the spectrum of a d x d product of rank <= r.  Computed as eig(F^T gb F) with F F^T = ga.
 
-    ``core_dtype`` defaults to the inputs' precision (at least float32); ckptscan's monitors pass
+    The core is computed in the inputs' precision (at least float32); ckptscan's monitors pass
     float64 Gram blocks, so their cores are float64.  Returned in float64.
     """
-    if core_dtype is None:
-        core_dtype = torch.promote_types(torch.promote_types(ga.dtype, gb.dtype), torch.float32)
-    # round-off floor: the coarser of the inputs' and the core's precision
-    in_dtype = ga.dtype if torch.finfo(ga.dtype).eps >= torch.finfo(core_dtype).eps else core_dtype
+    core_dtype = torch.promote_types(torch.promote_types(ga.dtype, gb.dtype), torch.float32)
+    # round-off floor: the precision ``ga`` was computed in (the core's is at least as fine)
+    in_dtype = ga.dtype
     ga = ga.to(core_dtype)
     ga = 0.5 * (ga + ga.mT)
     # Cholesky where ga is positive definite (the usual case: full-rank weights), an

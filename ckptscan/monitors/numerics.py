@@ -8,7 +8,7 @@ import torch
 def nonfinite_count(*tensors: torch.Tensor | None) -> int:
     """Number of NaN/Inf values over the given tensors (None entries are ignored).
 
-    Fast path: a tensor whose sum is finite has no NaN/Inf, and one reduction is ~20x cheaper than
+    Fast path: a tensor whose sum is finite has no NaN/Inf, and one reduction is much cheaper than
     materialising isfinite(); only a non-finite sum (a NaN/Inf, or finite values so large that the
     sum overflows) pays for the exact count.
     """

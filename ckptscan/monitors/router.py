@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ckptscan.monitors.linalg import gram_sq_singular_values, spectral_entropy, stable_rank
-from ckptscan.monitors.registry import Detector, Family, Role, register_family, series
+from ckptscan.monitors.registry import BlockStep, Detector, Family, Role, register_family, series
 
 
 def single_monitors(w: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -54,12 +54,18 @@ def pair_monitors(w0: torch.Tensor, w1: torch.Tensor) -> dict[str, torch.Tensor]
 
 # --- the family: registered series and their detectors ------------------------------------------
 
+
+def _before(step: BlockStep) -> torch.Tensor:
+    assert step.before is not None  # ``pair`` runs only with the previous checkpoint's tensors
+    return step.before[0]
+
+
 FAMILY = register_family(Family(
     name="router",
     blocks=lambda layout: layout.routers,
     load=lambda block, read: block.load(read),
     single=lambda step: single_monitors(step.now[0]),
-    pair=lambda step: pair_monitors(step.before[0].double(), step.now[0].double()),
+    pair=lambda step: pair_monitors(_before(step).double(), step.now[0].double()),
     series=series("router", "layer", "router", [
         ("similarity", "single", "up", "mean pairwise cosine of router rows"),
         ("centered_max_ratio", "single", "up", "max_e ||w_e - w_bar|| / ||w_bar||"),

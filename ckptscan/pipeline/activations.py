@@ -7,8 +7,10 @@ checkpoint is lost; the weight side goes on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -36,6 +38,19 @@ def topk_by_layer(extras: dict) -> dict[int, np.ndarray]:
     return {int(k[len(_TOPK):]): v for k, v in extras.items() if k.startswith(_TOPK)}
 
 
+class Weights(Protocol):
+    """One checkpoint's tensors, read on demand (the pipeline's ``_Weights``); asked only for blocks
+    of its layout: (wq, wk) of an attention block, (w, bias) of a router."""
+
+    def attn(self, layer: int, name: str = "attn") -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def router(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+# put(monitor name, layer, per-head vector, width): stores one layer's values of one series
+Put = Callable[[str, int, torch.Tensor, int], None]
+
+
 @dataclass
 class ReplayState:
     """What the next checkpoint's activation increments need: this checkpoint's replay file path
@@ -54,11 +69,11 @@ def attention_is_exact(layout: Layout, block_name: str) -> bool:
 def activation_values(
     replay_path: Path,
     layout: Layout,
-    weights: dict,
+    weights: Weights,
     prev: ReplayState | None,
-    prev_weights: dict,
+    prev_weights: Weights | None,
     reference_ids: np.ndarray | None,
-    put,
+    put: Put,
     device: torch.device,
 ) -> tuple[ReplayState, np.ndarray | None, dict[str, np.ndarray]]:
     """Compute every ``act.*`` series of one checkpoint via ``put(name, layer, vector, width)``.
@@ -102,15 +117,16 @@ def activation_values(
                 if not torch.isfinite(w.sum()):
                     continue  # an overflow finding already
                 logits = rf.router_logits(r.layer, r.n_experts) if rf.has(r.layer, "router_logits") else None
+                w_in: torch.Tensor | None
                 if logits is None:
                     if not rf.has(r.layer, "router_in"):
                         continue
-                    src = {"logits_or_x": rf.router_in(r.layer, r.hidden).to(device), "w": w, "bias": bias}
+                    inp, w_in = rf.router_in(r.layer, r.hidden).to(device), w  # logits recomputed from x
                 else:
-                    src = {"logits_or_x": logits.to(device), "bias": bias}
+                    inp, w_in = logits.to(device), None
                 prev_topk = prev.topk.get(r.layer) if prev is not None else None
                 vals, idx = router_activation_monitors(
-                    routing=r.routing, top_k=r.top_k or layout.config.top_k or 2, prev_topk=prev_topk, **src
+                    inp, w_in, bias, routing=r.routing, top_k=r.top_k or layout.config.top_k or 2, prev_topk=prev_topk
                 )
                 for name, v in vals.items():
                     put(name, r.layer, v, 1)

@@ -107,7 +107,6 @@ class CheckpointResult:
     values: dict[str, np.ndarray]  # name -> [L, K]
     findings: list[dict]
     reused: bool
-    layout: Layout | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)  # e.g. a broken replay file
     outside: list[str] = field(default_factory=list)  # files read outside the run (symlinks, HDF5 external)
@@ -138,7 +137,7 @@ def _weight_files(src) -> dict[str, Path]:
 
 def file_identity(src, config_path: str | None) -> dict:
     """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
-    ident = {}
+    ident: dict[str, list | None] = {}
     for rel, p in _weight_files(src).items():
         try:
             st = p.stat()
@@ -216,7 +215,7 @@ class Analyzer:
             extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
             save_part(part, identity, values, extra=extra)
             self.prev = _Prev(ckpt, identity, kept)
-            return CheckpointResult(ckpt.step, values, findings, False, layout, extras, skipped,
+            return CheckpointResult(ckpt.step, values, findings, False, extras, skipped,
                                     outside + external)
 
     def _reused(self, ckpt, identity, replay_path, layout, outside, values, findings, extras, meta):
@@ -224,7 +223,7 @@ class Analyzer:
         skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
         self.prev = _Prev(ckpt, identity)
         self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
-        return CheckpointResult(ckpt.step, values, findings, True, layout, extras, skipped,
+        return CheckpointResult(ckpt.step, values, findings, True, extras, skipped,
                                 outside + meta.get("outside", []))
 
     def _activations(self, replay_path, layout, weights, prev_weights, values):
@@ -558,7 +557,8 @@ def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, file
     in it (``OUTPUT_ENTRIES``) and each output file (``--html``, ``--junit``) must lie outside every
     evidence folder (the run first, then a ``--baseline`` run).  None entries are ignored.  Paths are
     compared resolved, so a symlink into the run is refused too."""
-    written = [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)]
+    written: list[tuple[Path | None, Path]] = (
+        [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)])
     written += [(None, Path(f)) for f in files if f is not None]
     for i, folder in enumerate(Path(e) for e in evidence if e is not None):
         inside = folder.resolve()

@@ -19,7 +19,7 @@ def describe_checkpoint(path: Path, layout_file: Path | None = None, trust_pickl
         config, config_path = checkpoint_config(path, src, run_dir, opt)
         infos = src.infos()
         layout = resolve_layout(infos, config, layout_file, opt.model_overrides)
-        out = {
+        out: dict[str, object] = {
             "path": str(path),
             "format": src.format,
             "config": config_path,

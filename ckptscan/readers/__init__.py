@@ -228,7 +228,7 @@ def is_complete(path: Path) -> tuple[bool, str]:
     except CkptscanError as err:
         return False, str(err)
     except Exception as err:  # noqa: BLE001 -- discovery's containment boundary: the entry is skipped
-        return False, unexpected(err, path)
+        return False, unexpected(err)
     return True, ""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 import torch
 
@@ -35,3 +35,8 @@ class TensorSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # every source is a context manager (``with open_checkpoint(path) as src``) that closes itself
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -74,9 +74,9 @@ def _optimizer(ckpt: Path) -> int | None:
     state = opt.get("state") if isinstance(opt, Mapping) else None
     if isinstance(state, Mapping):
         steps = [_key(s, "step") for s in state.values()]
-        steps = [s for s in steps if s is not None]
-        if steps:
-            return max(steps)
+        found = [s for s in steps if s is not None]
+        if found:
+            return max(found)
     return _key(_first(ckpt, ("scheduler.bin", "scheduler.pt")), "last_epoch")
 
 

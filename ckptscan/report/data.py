@@ -140,6 +140,18 @@ def _step(s) -> str:
 # --- summary accessors (tolerant of missing optional keys) ----------------------------------------
 
 
+def points_text(summary: dict) -> str:
+    """Where the timeline's points came from: checkpoints read by ``ckptscan analyze``, or the
+    in-loop monitor (``ckptscan.callbacks``; ``checkpoints.source`` in summary.json)."""
+    ck = summary.get("checkpoints") or {}
+    steps = ck.get("steps") or []
+    span = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+    if ck.get("source") == "in-loop":
+        every = f" every {ck['every']} optimizer steps" if ck.get("every") else ""
+        return f"{ck.get('analyzed', 0)} points computed in the training loop{every} (no checkpoint read{span})"
+    return f"{ck.get('analyzed', 0)} checkpoints analysed ({ck.get('reused', 0)} reused{span})"
+
+
 def verdict(summary: dict) -> dict:
     v = dict(summary.get("verdict") or {})
     v.setdefault("anomalous", False)
@@ -368,10 +380,7 @@ def loss_curve(summary: dict) -> Curve | None:
             return Curve(np.asarray([p[0] for p in pts]), _floats([p[1] for p in pts]), None, "summary.json")
     except (TypeError, ValueError):
         pass
-    try:
-        from ckptscan.judge import logs
-    except ImportError:
-        return None
+    from ckptscan.judge import logs
     log_path = None
     for holder in (summary.get("log"), loss.get("log")):  # top-level "log" is where detection puts it
         if isinstance(holder, dict) and holder.get("path"):

@@ -10,7 +10,7 @@ Offline by construction:
 * a Content-Security-Policy ``default-src 'none'`` forbids the page any fetch, even by mistake;
 * plotly's MathJax and topojson are never used (no math in labels, no geo traces).
 
-Size: plotly.js (4.8 MB) is inlined gzip-compressed and base64-encoded (2.0 MB), plus the data.
+Size: plotly.js is inlined gzip-compressed and base64-encoded, plus the data (sizes: docs/report.md).
 Data are kept compact: values rounded to 4 significant
 digits, heatmaps reduced to at most ``MAX_HEATMAP_COLS`` step columns, overview series to
 ``MAX_SERIES_POINTS`` points (min/max per bin so spikes survive), the per-head drill-down to
@@ -306,7 +306,6 @@ def _score(x):
 def _inputs_html(result) -> str:
     s = result.summary
     ck = s.get("checkpoints") or {}
-    steps = ck.get("steps") or []
     lay = s.get("layout") or {}
     cfg = lay.get("config") or {}
     cfg_s = ", ".join(f"{k}={v}" for k, v in cfg.items() if v not in (None, {}, []))
@@ -316,8 +315,7 @@ def _inputs_html(result) -> str:
         ("run", s.get("run")), ("output folder", s.get("out")),
         ("layout", f"{lay.get('family', '?')}" + (f" ({cfg_s})" if cfg_s else "")),
         ("attention blocks / routers", f"{len(lay.get('attention') or [])} / {len(lay.get('routers') or [])}"),
-        ("checkpoints analysed", f"{ck.get('analyzed', 0)} ({ck.get('reused', 0)} reused)"
-                                 + (f", steps {steps[0]}..{steps[-1]}" if steps else "")),
+        ("points", data.points_text(s)),
         ("checkpoints skipped", len(skipped)),
         ("training log", log.get("path") if isinstance(log, dict) else None),
         ("device", s.get("device")), ("analysis", _timing(s)),
@@ -358,7 +356,7 @@ def _plotly_version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _plotly_js_packed() -> str:
-    """plotly.min.js gzip-compressed and base64-encoded (4.8 MB -> 2.0 MB); the page unpacks it with
+    """plotly.min.js gzip-compressed and base64-encoded (docs/report.md: sizes); the page unpacks it with
     the browser's DecompressionStream and runs it as an inline script (the CSP allows no eval)."""
     try:
         from plotly.offline import get_plotlyjs

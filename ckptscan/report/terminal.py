@@ -65,12 +65,9 @@ def print_result(result, console, quiet: bool = False) -> None:
         console.print(f"why: {escape(str(reason))}")
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
-    steps = ck.get("steps") or []
-    span = f", steps {steps[0]}-{steps[-1]}" if steps else ""
     console.print(f"run {escape(str(s.get('run', '?')))}  |  layout "
                   f"{escape(str((s.get('layout') or {}).get('family', '?')))}")
-    console.print(f"{ck.get('analyzed', 0)} checkpoints analysed ({ck.get('reused', 0)} reused{span}), "
-                  f"{len(skipped)} skipped")
+    console.print(f"{escape(data.points_text(s))}, {len(skipped)} skipped")
     for note in ck.get("notes") or []:
         console.print(f"note: {escape(str(note))}")
     log = s.get("log") or {}

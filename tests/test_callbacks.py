@@ -1,0 +1,268 @@
+"""In-loop monitoring (ckptscan.callbacks): the same values as the offline analysis of checkpoints
+saved at the same steps, a store that ``ckptscan report`` reads, rank 0 alone writing, the alarm hook."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from ckptscan import analyze, load_result
+from ckptscan.callbacks import Monitor, store
+from ckptscan.cli import main
+from ckptscan.drills import run_drill
+from ckptscan.drills.naming import config_json, hf_name
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "drills"
+TINY = {"d_model": 32, "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "ffn": 16, "batch_size": 4, "seq_len": 32,
+        "warmup": 10, "replay": False}
+
+
+def assert_same_timeline(offline, live, rtol=1e-6):
+    """Every series of ``offline`` in ``live`` with the same shape, the same NaNs and values within
+    ``rtol`` (relative to the value; exact zeros exactly)."""
+    assert list(offline.steps) == list(live.steps)
+    assert set(offline.names()) <= set(live.names())
+    for name in offline.names():
+        a, b = offline.get(name), live.get(name)
+        assert a.shape == b.shape, name
+        assert np.array_equal(np.isnan(a), np.isnan(b)), name
+        ok = ~np.isnan(a)
+        np.testing.assert_allclose(b[ok], a[ok], rtol=rtol, atol=0, err_msg=name)
+
+
+def drill_monitor(root: Path, naming: str, **kw):
+    """A drill ``callback`` that attaches a Monitor to the drill model on its first step."""
+    holder = {}
+
+    def callback(step, model, rec):
+        if "m" not in holder:
+            holder["m"] = Monitor(model, root, rename=partial(hf_name, naming=naming),
+                                  config=config_json(model.cfg, naming, "float32"), **kw)
+        holder["m"].step(step, loss=rec["loss"], grad_norm=rec["grad_norm"])
+
+    return holder, callback
+
+
+def test_monitor_equals_offline_analysis_on_a_drill(tmp_path):
+    """MoE drill (attention and routers): the in-loop points at the save steps equal the offline
+    analysis of the checkpoints written at those steps (float32 files: the same weights)."""
+    holder, cb = drill_monitor(tmp_path / "live", "mixtral", every=10, detect_every=100)
+    run_drill(tmp_path / "run", naming="mixtral", steps=40, save_every=10, callback=cb, **TINY)
+    live = holder["m"].close()
+    offline = analyze(tmp_path / "run", out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert offline.summary["layout"]["family"] == live.summary["layout"]["family"] == "mixtral"
+    assert "router.update_ratio" in live.timeline and "attn.D2.entropy2" in live.timeline
+    assert np.isfinite(live.timeline.get("attn.D2.entropy2")[1:]).all()
+    assert_same_timeline(offline.timeline, live.timeline)
+    # the store is an output folder: its parts are the pipeline's format, marked in-loop
+    parts = sorted((tmp_path / "live" / "parts").glob("step_*.npz"))
+    assert [p.name for p in parts] == [f"step_{s:012d}.npz" for s in (10, 20, 30, 40)]
+    assert [s for *_, s in store.read_points(tmp_path / "live")] == ["in-loop"] * 4
+    assert live.summary["checkpoints"]["source"] == "in-loop"
+    assert live.timeline.meta["sources"] == ["in-loop"] * 4
+    # the loss the loop passed is the store's log, and the verdict read it
+    assert live.summary["log"]["points"] == 40
+
+
+def test_interval_counts_optimizer_steps_and_skips_repeats(tmp_path):
+    torch.manual_seed(0)
+    model = _module_from({"model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
+                          "model.layers.0.self_attn.k_proj.weight": torch.randn(8, 8)})
+    mon = Monitor(model, tmp_path / "s", every=3, config={"num_attention_heads": 2, "num_key_value_heads": 2},
+                  detect=False)
+    got = [s for s in range(1, 10) if mon.step(s) is not None]
+    assert got == [3, 6, 9]
+    assert mon.step(9) is None  # gradient accumulation: the same optimizer step again
+    assert len(mon.call_seconds) == 3
+
+
+def _module_from(tensors: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A module whose parameters carry exactly these dotted names."""
+    root = torch.nn.Module()
+    for name, t in tensors.items():
+        *path, leaf = name.split(".")
+        mod = root
+        for part in path:
+            if not hasattr(mod, part):
+                mod.add_module(part, torch.nn.Module())
+            mod = getattr(mod, part)
+        mod.register_parameter(leaf, torch.nn.Parameter(t.clone().float()))
+    return root
+
+
+def test_rank_other_than_zero_writes_nothing(tmp_path, monkeypatch):
+    dist = torch.distributed
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 2)
+    broadcasts = []
+
+    def broadcast(box, src=0, **kw):  # rank 0 would send its verdict: here, none
+        broadcasts.append(src)
+        box[0] = None
+
+    monkeypatch.setattr(dist, "broadcast_object_list", broadcast)
+    holder, cb = drill_monitor(tmp_path / "live", "llama", every=5, detect_every=2)
+    run_drill(tmp_path / "run", naming="llama", steps=20, save_every=10, callback=cb, **TINY)
+    mon = holder["m"]
+    assert mon.rank == 1 and mon.close() is None
+    assert not (tmp_path / "live").exists()
+    assert mon.call_seconds == []
+    assert broadcasts == [0, 0, 0]  # two detection passes (4 points, every 2) and the final one
+
+
+def _fixture_weights(run: Path):
+    truth = json.loads((run / "truth.json").read_text())
+    for name in truth["checkpoints"]:
+        yield int(name.split("-")[1]), load_file(str(run / name / "model.safetensors"))
+
+
+def test_on_alarm_fires_on_a_fault_drill_as_offline_alarms(tmp_path):
+    """The low-precision drill's checkpoints played through a live module: the online detector
+    raises one alarm with the offline verdict's class and earliest step, and the points equal the
+    offline analysis (bf16 weights)."""
+    run = FIXTURES / "lowprec-moe"
+    offline = analyze(run, out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert offline.anomalous
+    weights = _fixture_weights(run)
+    first_step, first = next(weights)
+    model = _module_from(first)
+    params = dict(model.named_parameters())
+    alarms = []
+    mon = Monitor(model, tmp_path / "live", every=100, detect_every=1, on_alarm=alarms.append,
+                  config=json.loads((run / "config.json").read_text()), log_file=run / "metrics.jsonl")
+    mon.step(first_step)
+    for step, tensors in weights:
+        with torch.no_grad():
+            for name, t in tensors.items():
+                params[name].copy_(t)
+        mon.step(step)
+    live = mon.close()
+    assert len(alarms) == 1
+    a = alarms[0]
+    assert a.verdict["fault_type"] == offline.verdict["fault_type"]
+    assert a.verdict["earliest_step"] == offline.verdict["earliest_step"]
+    assert a.step >= a.verdict["confirmed_step"] >= a.verdict["earliest_step"]
+    assert live.verdict["earliest_step"] == offline.verdict["earliest_step"]
+    assert live.summary["lead_time_steps"] == offline.summary["lead_time_steps"]
+    assert_same_timeline(offline.timeline, live.timeline)
+
+
+def _llama(seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    return LlamaForCausalLM(cfg)
+
+
+def _token_data(n: int):
+    g = torch.Generator().manual_seed(0)
+    return [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (n, 16), generator=g)]
+
+
+def test_hf_trainer_callback_store_analyses_like_checkpoints(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from transformers import Trainer, TrainingArguments
+
+    from ckptscan.callbacks import HFCallback
+
+    torch.set_num_threads(1)
+    cb = HFCallback(tmp_path / "live", every=5)
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=20, save_steps=5, logging_steps=1,
+                             per_device_train_batch_size=4, report_to="none", use_cpu=True, disable_tqdm=True,
+                             learning_rate=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Trainer(model=_llama(), args=args, train_dataset=_token_data(80), callbacks=[cb]).train()
+    live = load_result(tmp_path / "live")  # written when training ended
+    assert list(live.timeline.steps) == [5, 10, 15, 20]
+    assert np.isfinite(live.timeline.get("attn.D2.entropy2")[1:]).all()
+    assert live.summary["layout"]["family"] == "llama"
+    assert live.summary["log"]["points"] == 20  # the Trainer's logged loss
+    offline = analyze(tmp_path / "run", out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert_same_timeline(offline.timeline, live.timeline)
+
+    # a loop killed after its last detection pass: report assembles the newer parts first
+    (tmp_path / "live" / "summary.json").unlink()
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "live"), "--html", str(tmp_path / "r.html")])
+    assert r.exit_code in (0, 5), r.output
+    assert "points computed in the training loop every 5 optimizer steps" in r.output
+    assert "in the training loop" in (tmp_path / "r.html").read_text()
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "live"), "--json"])
+    assert json.loads(r.output)["checkpoints"]["sources"] == {"in-loop": 4}
+
+
+def test_hf_callback_stops_and_saves_on_alarm(tmp_path, monkeypatch):
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from transformers import Trainer, TrainingArguments
+
+    from ckptscan.callbacks import HFCallback
+    from ckptscan.callbacks import monitor as monitor_mod
+
+    def anomalous(self, step=None):  # a detector that always alarms: the hook's wiring only
+        self._sync_alarm({"anomalous": True, "fault_type": "high_lr", "earliest_step": step}, step)
+
+    monkeypatch.setattr(monitor_mod.Monitor, "run_detection", anomalous)
+    seen = []
+    cb = HFCallback(tmp_path / "live", every=2, detect_every=1, stop_on_alarm=True, save_on_alarm=True,
+                    on_alarm=seen.append)
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=20, save_strategy="no", logging_steps=1,
+                             per_device_train_batch_size=4, report_to="none", use_cpu=True, disable_tqdm=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = Trainer(model=_llama(), args=args, train_dataset=_token_data(80), callbacks=[cb]).train()
+    assert len(seen) == 1 and seen[0].step == 2 and seen[0].actions == ["stop", "save"]
+    assert "optimizer" in seen[0].context
+    assert state.global_step == 2  # stopped at the alarm
+    assert (tmp_path / "run" / "checkpoint-2").is_dir()  # and saved there
+
+
+def test_lightning_callback(tmp_path):
+    L = pytest.importorskip("lightning", reason="lightning is in the test extra")
+    from ckptscan.callbacks import LightningCallback
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = _llama()
+
+        def training_step(self, batch, i):
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.stack([d["input_ids"] for d in _token_data(40)]), batch_size=4)
+
+    cb = LightningCallback(tmp_path / "live", every=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        L.Trainer(default_root_dir=str(tmp_path / "run"), max_steps=9, accelerator="cpu", logger=False,
+                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                  callbacks=[cb]).fit(Module())
+    live = load_result(tmp_path / "live")
+    assert list(live.timeline.steps) == [3, 6, 9]
+    assert live.summary["layout"]["family"] == "llama" and live.summary["log"]["points"] == 9
+
+
+def test_store_refuses_an_analysis_folder(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "run.json").write_text(json.dumps({"run": "/some/run", "selection": {}}))
+    model = _module_from({"model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
+                          "model.layers.0.self_attn.k_proj.weight": torch.randn(8, 8)})
+    from ckptscan.errors import UsageError
+
+    with pytest.raises(UsageError, match="needs a folder of its own"):
+        Monitor(model, tmp_path / "out", config={"num_attention_heads": 2})
