@@ -34,7 +34,7 @@ STATUS_SCHEMA = "ckptscan-watch/1"
 MAX_FILES = 10_000  # files fingerprinted per checkpoint folder (a bigger folder: the first ones)
 HOOK_OUTPUT_LINES = 20  # lines of the hook's output repeated on stderr
 # safetensors shards as save_pretrained names them; their index is written after the last shard
-_SHARD = re.compile(r".+-\d+-of-(\d+)\.safetensors")
+_SHARD = re.compile(r".+-\d+-of-\d+\.safetensors")
 # discovery's reasons for a checkpoint that is still being written
 _UNFINISHED = ("incomplete checkpoint", "no checkpoint weights found")
 
@@ -51,7 +51,7 @@ def is_complete(path: str | Path, *, hf_trainer: bool = False) -> tuple[bool, st
     many optimizer as model-state files):
 
     * safetensors shards without their index are unfinished (``save_pretrained`` writes the index
-      last), and so is a set with fewer shards than their names count;
+      last; with the index there, the readers check that every shard it names is);
     * a Hugging Face Trainer checkpoint (``hf_trainer``, or a folder holding ``training_args.bin``)
       is finished once its ``trainer_state.json`` is there (the Trainer writes it last);
     * a DeepSpeed ``global_stepN`` / Megatron ``iter_N`` folder is unfinished while the tracker file
@@ -79,13 +79,9 @@ def is_complete(path: str | Path, *, hf_trainer: bool = False) -> tuple[bool, st
 
 
 def _folder_unfinished(path: Path, names: set[str], hf_trainer: bool) -> str:
-    shards = [m for m in map(_SHARD.fullmatch, names) if m]
-    if shards:
-        if not any(n.endswith(".safetensors.index.json") for n in names):
-            return f"{len(shards)} safetensors shards but no index yet (it is written after the last shard)"
-        expected = max(int(m.group(1)) for m in shards)
-        if len(shards) < expected:
-            return f"{len(shards)} of {expected} safetensors shards written"
+    shards = [n for n in names if _SHARD.fullmatch(n)]
+    if shards and not any(n.endswith(".safetensors.index.json") for n in names):
+        return f"{len(shards)} safetensors shards but no index yet (it is written after the last shard)"
     if (hf_trainer or "training_args.bin" in names) and "trainer_state.json" not in names:
         return "no trainer_state.json yet (the Hugging Face Trainer writes it last)"
     tracked = _tracker_step(path)
@@ -294,7 +290,7 @@ class Watcher:
                         and self.analysed_key is not None:
                     reason = "until"
                 elif self.opts.idle is not None and self.clock() - self.last_news >= self.opts.idle \
-                        and not _settling(scan):
+                        and not self.settling(scan):
                     reason = "idle"
                 else:
                     self.sleep(self.opts.poll)
@@ -305,6 +301,12 @@ class Watcher:
             raise
         self.write_status("stopped", stop_reason=reason)
         return Outcome(reason, self.result, self.alarm)
+
+    def settling(self, scan: Scan) -> bool:
+        """A checkpoint still being written (changed less than ``--stale`` seconds ago) or finished
+        but not yet seen unchanged twice: ``--idle`` waits for it."""
+        now = self.clock()
+        return any(e.complete and not e.ready or now - e.changed_at < self.opts.stale for e in scan.pending)
 
     # what it says
     def report_round(self, scan: Scan, result) -> None:
@@ -391,9 +393,6 @@ def _confirmed(result) -> bool:
     return bool(v.get("anomalous")) and v.get("confirmed_step") is not None
 
 
-def _settling(scan: Scan) -> bool:
-    """A checkpoint finished but not yet seen unchanged twice: idle waits for it."""
-    return any(e.complete and not e.ready and not e.abandoned for e in scan.entries)
 
 
 def run_hook(command: str, env: dict[str, str], timeout: float, echo: Callable[[str], None]) -> dict:
