@@ -289,8 +289,8 @@ class Watcher:
                 if self.opts.until is not None and scan.frontier is not None and scan.frontier >= self.opts.until \
                         and self.analysed_key is not None:
                     reason = "until"
-                elif self.opts.idle is not None and self.clock() - self.last_news >= self.opts.idle \
-                        and not self.settling(scan):
+                elif self.opts.idle is not None and result is None and not self.settling(scan) \
+                        and self.clock() - self.last_news >= self.opts.idle:  # (a round's own time is no idle time)
                     reason = "idle"
                 else:
                     self.sleep(self.opts.poll)

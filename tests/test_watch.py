@@ -379,3 +379,30 @@ def test_watch_stays_quiet_on_the_healthy_twin(tmp_path, monkeypatch):
     offline = analyze(run, out_dir=tmp_path / "offline", command=[]).verdict
     assert offline["confirmed_step"] is None
     assert code == 0 and stdout.startswith("HEALTHY: "), (code, stdout, stderr)
+
+
+def test_a_slow_round_is_not_idle_time(tmp_path):
+    """A round that takes longer than --idle (a big checkpoint, a busy machine) does not end the watch:
+    a checkpoint that landed meanwhile is found by the next look at the run."""
+    src = make_run(tmp_path / "src", n=4)
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(src / "config.json", run)
+    shutil.copytree(src / "checkpoint-100", run / "checkpoint-100")
+    later = [_copy(src / f"checkpoint-{s}", run / f"checkpoint-{s}") for s in (200, 300, 400)]
+    script = Script([])
+    w = _watcher(run, tmp_path / "out", script, [], idle=3.0)
+    real = w.analyse
+
+    def slow(scan):
+        result = real(scan)
+        if result is not None:
+            script.t += 10.0  # the round took 10 s, and the next checkpoint landed meanwhile
+            if later:
+                later.pop(0)()
+        return result
+
+    w.analyse = slow
+    outcome = w.run()
+    assert outcome.reason == "idle"
+    assert outcome.result.summary["checkpoints"]["steps"] == [100, 200, 300, 400]
