@@ -92,15 +92,18 @@ def _cell(v) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ["run", "fault", "onset", "divergence", "offline: class, earliest, confirmed",
-            "watch: alarm at step (analysed up to)", "s after landing", "watch: class at alarm / at end"]
+            "watch: alarm at step (analysed up to)", "s after landing", "steps before divergence",
+            "watch: class at alarm / at end"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in rows:
         off = f"{r['offline_class']}, {_cell(r['offline_earliest'])}, {_cell(r['offline_confirmed'])}"
         at = "no alarm" if r["watch_confirmed"] is None else f"{r['watch_confirmed']} ({r['watch_analysed_up_to']})"
         cls = f"{_cell(r['watch_class_at_alarm'])} / {_cell(r['watch_final_class'])}"
+        div, conf = r["divergence"], r["watch_confirmed"]
+        lead = div - conf if div is not None and conf is not None else None
         lines.append("| " + " | ".join([r["run"], r["fault"], _cell(r["onset"] if r["fault"] != "none" else None),
                                         _cell(r["divergence"]), off, at, _cell(r["watch_seconds_after_landing"]),
-                                        cls]) + " |")
+                                        _cell(lead), cls]) + " |")
     return "\n".join(lines)
 
 
