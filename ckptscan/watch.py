@@ -24,10 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckptscan.discover import compile_step_regex, discover_run, parse_step, parse_steps_range
 from ckptscan.errors import EXIT_ANOMALY, EXIT_HEALTHY, EXIT_INCONCLUSIVE, CkptscanError, printable
 from ckptscan.timeline import atomic_write
+
+if TYPE_CHECKING:
+    from ckptscan.api import Result
 
 STATUS_FILE = "watch.json"  # default status file, in the output folder
 STATUS_SCHEMA = "ckptscan-watch/1"
@@ -138,7 +142,7 @@ def fingerprint(path: str | Path) -> Fingerprint:
 
 def landed_at(fp: Fingerprint) -> float | None:
     """When a checkpoint's last file was written (seconds since the epoch), from its fingerprint."""
-    return max((m for _, _, m in fp), default=None) / 1e9 if fp else None
+    return max(m for _, _, m in fp) / 1e9 if fp else None
 
 
 # --- one look at the run ---------------------------------------------------------------------------
@@ -185,7 +189,7 @@ class WatchOptions:
 @dataclass
 class Outcome:
     reason: str  # "alarm" (--exit-on-alarm), "until", "idle", "interrupted"
-    result: object | None  # the last ckptscan.api.Result, None when nothing was analysed
+    result: Result | None  # the last round's, None when nothing was analysed
     alarm: dict | None
 
 
@@ -207,7 +211,7 @@ class Watcher:
         self.last_news = clock()  # the last time a checkpoint appeared, changed or was finished
         self.rounds = 0
         self.analysed_key: tuple | None = None
-        self.result = None
+        self.result: Result | None = None
         self.alarm: dict | None = None
         self.scan_: Scan | None = None
         kw = opts.analyze_kwargs
@@ -234,8 +238,8 @@ class Watcher:
             fp = fingerprint(path)
             prev = self.entries.get(path)
             changed = prev is None or prev.fp != fp
-            e = Entry(path, step, fp, now if changed else prev.changed_at)
-            if changed or not prev.complete:  # the files' evidence is read again only when they moved
+            e = Entry(path, step, fp, now if prev is None or changed else prev.changed_at)
+            if prev is None or changed or not prev.complete:  # the files' evidence is re-read when they moved
                 e.complete, e.reason = is_complete(path, hf_trainer=hf)
             else:
                 e.complete = True
@@ -246,11 +250,11 @@ class Watcher:
         self.entries = {e.path: e for e in entries}
         if set(temporary) - set(self.scan_.temporary if self.scan_ else []):
             self.last_news = now  # a new write under a temporary name
-        ready_steps = [e.step for e in entries if e.ready]
+        ready_steps = [e.step for e in entries if e.ready and e.step is not None]
         for e in entries:  # unfinished, left alone for --stale seconds while later ones were finished
             e.abandoned = (not e.ready and e.step is not None and now - e.changed_at >= self.opts.stale
                            and any(s > e.step for s in ready_steps))
-        blocking = [e.step for e in entries if not e.ready and not e.abandoned and e.step is not None]
+        blocking = [e.step for e in entries if e.step is not None and not e.ready and not e.abandoned]
         limit = min(blocking, default=None)
         finished = [s for s in ready_steps if limit is None or s < limit]
         self.scan_ = Scan(entries, temporary, max(finished, default=None))
