@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ckptscan import __version__, logs
 from ckptscan.activation_stage import add_churn_final
-from ckptscan.discover import Checkpoint, Skipped, discover_run, no_checkpoints_error
+from ckptscan.discover import Checkpoint, Skipped, discover_run, no_checkpoints_error, parse_steps_range
 from ckptscan.errors import (
     EXIT_ANOMALY,
     EXIT_HEALTHY,
@@ -116,13 +116,16 @@ def analyze(
     on_progress: Callable[[int, int, Checkpoint, str], None] | None = None,
     debug: bool = False,
     command: list[str] | None = None,
+    until_step: int | None = None,
 ) -> Result:
     """Analyse a training run's checkpoints; write the timeline and summary; return the Result.
 
     Nothing is written inside ``run_dir``: results go to ``out_dir`` (default
     ``./ckptscan-out/<run-name>/``).  Re-running reuses every unchanged checkpoint's stored part.
     ``config_file`` is an HF config.json (or a layout TOML, then it is the layout file); ``heads`` and
-    ``kv_heads`` override the head counts of any config.
+    ``kv_heads`` override the head counts of any config.  ``until_step``: leave out checkpoints
+    after this step without changing the selection the output folder records (``ckptscan watch``:
+    the checkpoints complete so far, analysed into the same folder round after round).
     """
     t0 = time.time()
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -142,7 +145,10 @@ def analyze(
     if log_file is not None and not Path(log_file).exists():
         raise UsageError(f"--log {log_file}: no such file or folder")
     layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
-    found = discover_run(run_dir, step_regex=step_regex, steps=steps, every=every)
+    lo, hi = parse_steps_range(steps)
+    if until_step is not None:
+        hi = until_step if hi is None else min(hi, until_step)
+    found = discover_run(run_dir, step_regex=step_regex, steps=(lo, hi), every=every)
     ckpts, skipped = found.checkpoints, found.skipped
     if debug:  # stop at the first bad checkpoint, also one that discovery already turned away
         bad = next((x for x in skipped if x.error), None)
