@@ -13,7 +13,13 @@ from pathlib import Path
 
 from ckptscan import __version__
 from ckptscan.config import AnalysisConfig
-from ckptscan.discover.checkpoints import Checkpoint, Skipped, discover_run, no_checkpoints_error
+from ckptscan.discover.checkpoints import (
+    Checkpoint,
+    Skipped,
+    discover_run,
+    no_checkpoints_error,
+    parse_steps_range,
+)
 from ckptscan.errors import (
     EXIT_ANOMALY,
     EXIT_HEALTHY,
@@ -107,6 +113,7 @@ def analyze(
     on_progress: Callable[[int, int, Checkpoint, str], None] | None = None,
     debug: bool = False,
     command: list[str] | None = None,
+    until_step: int | None = None,
     **options,
 ) -> Result:
     """Analyse a training run's checkpoints; write the timeline and summary; return the Result.
@@ -116,6 +123,9 @@ def analyze(
     ``run_dir``: results go to ``out_dir`` (default ``./ckptscan-out/<run-name>/``).  Re-running
     reuses every unchanged checkpoint's stored part.  With ``config.baseline``, the reference run is
     analysed first (cached inside ``out_dir``) and its timeline handed to the judgement.
+    ``until_step``: leave out checkpoints after this step without changing the selection the output
+    folder records (``ckptscan watch``: the checkpoints complete so far, analysed into the same
+    folder round after round).
     """
     if config is None:
         config = AnalysisConfig(**options)
@@ -140,7 +150,10 @@ def analyze(
     if cfg.log_file is not None and not cfg.log_file.exists():
         raise UsageError(f"--log {cfg.log_file}: no such file or folder")
     layout_file, config_file, overrides = model_inputs(cfg.config_file, cfg.layout_file, cfg.heads, cfg.kv_heads)
-    found = discover_run(run_dir, step_regex=cfg.step_regex, steps=cfg.steps, every=cfg.every)
+    lo, hi = parse_steps_range(cfg.steps)
+    if until_step is not None:
+        hi = until_step if hi is None else min(hi, until_step)
+    found = discover_run(run_dir, step_regex=cfg.step_regex, steps=(lo, hi), every=cfg.every)
     ckpts, skipped = found.checkpoints, found.skipped
     if debug:  # stop at the first bad checkpoint, also one that discovery already turned away
         bad = next((x for x in skipped if x.error), None)

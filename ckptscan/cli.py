@@ -310,6 +310,90 @@ def _duration(seconds: float) -> str:
 
 
 @main.command()
+@click.argument("run_dir", type=_existing(file_okay=False))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder (default ./ckptscan-out/<run-name>/, as for analyze). Never inside the run directory.")
+@_common_analysis_options
+@click.option("--poll", type=click.FloatRange(min=0.05), default=10.0, show_default=True, metavar="SECONDS",
+              help="Seconds between two looks at the run.")
+@click.option("--idle", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Stop after SECONDS without a new checkpoint (and none being written).")
+@click.option("--until", "until_step", type=click.IntRange(min=0), metavar="STEP",
+              help="Stop once the checkpoints up to STEP (or a later one) are analysed.")
+@click.option("--stale", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
+              help="An unfinished checkpoint left unchanged this long while later ones are finished is "
+                   "analysed anyway (and reported unreadable if it is).")
+@click.option("--status", "status_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="JSON status file, rewritten every round (default OUT/watch.json). Never inside the run.")
+@click.option("--on-alarm", metavar="CMD",
+              help="Run CMD once when an alarm is confirmed (split like a shell's words, run without a "
+                   "shell); the verdict is in CKPTSCAN_* environment variables (docs/live.md).")
+@click.option("--hook-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="SECONDS",
+              help="Seconds --on-alarm may run before it is killed.")
+@click.option("--exit-on-alarm", is_flag=True, help="Stop at the first confirmed alarm, with exit code 1.")
+@click.option("--nice", type=click.IntRange(0, 19), default=10, show_default=True,
+              help="Lower this process' CPU priority by N, so that the analysis yields to the trainer.")
+@click.option("--json", "as_json", is_flag=True, help="At the end, print the summary JSON instead of the report.")
+@click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="anomaly", show_default=True,
+              help="Exit code policy when watching stops, as for analyze.")
+@click.option("-q", "--quiet", is_flag=True, help="No line per round; at the end only the verdict line.")
+@handle_errors
+def watch(run_dir, out_dir, steps, every, step_regex, device, layout_file, config_file, heads, kv_heads,
+          trust_pickle, replay, replay_pattern, log_file, baseline, debug, poll, idle, until_step, stale,
+          status_file, on_alarm, hook_timeout, exit_on_alarm, nice, as_json, fail_on, quiet):
+    """Follow RUN_DIR while a training run writes checkpoints; analyse each finished one as it lands.
+
+    A checkpoint is analysed once its files are complete and unchanged between two polls, into the
+    same resumable output folder as analyze.  When an alarm is confirmed: a line on stderr, the
+    status file, --on-alarm CMD. Stops at --until, after --idle, at the alarm with --exit-on-alarm,
+    or on Ctrl-C / SIGTERM; then prints the report of the last round.
+
+    \b
+    Exit codes: 1 at the alarm with --exit-on-alarm; otherwise those of analyze for the last verdict
+    (0 healthy, 1 anomaly, 3 input error, 5 inconclusive or nothing analysed yet); 2 usage error.
+    """
+    import signal
+    import threading
+
+    from ckptscan.api import claim_out_dir, default_out_dir
+    from ckptscan.pipeline.analyzer import check_outputs
+    from ckptscan.report import emit
+    from ckptscan.watch import STATUS_FILE, Watcher, WatchOptions, exit_code
+
+    selection = {"steps": steps, "every": every, "step_regex": step_regex}
+    out = out_dir if out_dir is not None else default_out_dir(run_dir, selection)
+    status_file = status_file if status_file is not None else out / STATUS_FILE
+    check_outputs([run_dir, baseline], out, files=(status_file,))  # before anything is written
+    claim_out_dir(out, run_dir, selection)
+    if nice:
+        os.nice(nice)
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:  # SIGTERM stops watching as Ctrl-C does
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    kwargs = {"steps": steps, "every": every, "step_regex": step_regex, "device": device,
+              "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
+              "replay_pattern": replay_pattern, "log_file": log_file, "baseline": baseline,
+              "config_file": config_file, "heads": heads, "kv_heads": kv_heads, "debug": debug,
+              "command": ["ckptscan", *sys.argv[1:]]}
+    opts = WatchOptions(poll=poll, idle=idle, until=until_step, stale=stale, on_alarm=on_alarm,
+                        hook_timeout=hook_timeout, exit_on_alarm=exit_on_alarm, analyze_kwargs=kwargs)
+    echo = functools.partial(click.echo, err=True)
+    if not quiet:
+        echo(f"ckptscan: watching {printable(str(run_dir))} every {poll:g}s; status: {printable(str(status_file))}")
+    try:
+        outcome = Watcher(run_dir, out, status_file, opts, echo, progress=not quiet).run()
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    click.get_current_context().meta[VERDICT_REACHED] = True
+    if not quiet:
+        echo(f"ckptscan: watch stopped ({outcome.reason})")
+    if outcome.result is not None:
+        emit(outcome.result, as_json=as_json, quiet=quiet, html_file=None, junit_file=None, console=_console())
+    sys.exit(exit_code(outcome, fail_on))
+
+
+@main.command()
 @click.argument("checkpoint", type=_existing())
 @click.option("--layout", "layout_file", type=_existing(dir_okay=False), help="User layout file (TOML).")
 @click.option("--config", "config_file", type=_existing(dir_okay=False),

@@ -61,6 +61,7 @@ def _judge_crashes(monkeypatch):
 PROGRESS = "ckptscan: checkpoint "
 SKIPPED = "ckptscan: warning: skipped "
 ERROR = "ckptscan: error: "
+WATCH_FAST = ["--poll", "0.05", "--idle", "0", "--nice", "0"]  # poll quickly, stop when nothing is new
 
 CONTRACT = [
     Row(
@@ -170,6 +171,46 @@ CONTRACT = [
         "",
         "ckptscan: internal error: ",
         _judge_crashes,
+    ),
+    Row(
+        "watch RUN --idle S",
+        "anomalous run, all checkpoints already there",
+        lambda e: ["watch", e["anomalous"], "-o", e["out"] / "watch-anomalous", *WATCH_FAST],
+        (1, 0, 0),
+        "ANOMALOUS: ",
+        "ckptscan: ALARM: ",
+    ),
+    Row(
+        "watch RUN --exit-on-alarm",
+        "anomalous run",
+        lambda e: ["watch", e["anomalous"], "-o", e["out"] / "watch-exit", *WATCH_FAST, "--exit-on-alarm"],
+        (1, 1, 1),
+        "ANOMALOUS: ",
+        "ckptscan: ALARM: ",
+    ),
+    Row(
+        "watch RUN --idle S",
+        "healthy run",
+        lambda e: ["watch", e["healthy"], "-o", e["out"] / "watch-healthy", *WATCH_FAST],
+        (0, 0, 0),
+        "HEALTHY: ",
+        "ckptscan: watch: ",
+    ),
+    Row(
+        "watch RUN --idle S",
+        "no checkpoint finished before it stopped",
+        lambda e: ["watch", e["empty"], "-o", e["out"] / "watch-empty", *WATCH_FAST],
+        (5, 5, 0),
+        "",
+        "ckptscan: watch",
+    ),
+    Row(
+        "watch RUN --status FILE",
+        "FILE is inside RUN",
+        lambda e: ["watch", e["healthy"], "--status", e["healthy"] / "watch.json", *WATCH_FAST],
+        (2, 2, 2),
+        "",
+        ERROR,
     ),
     Row(
         "report OUT",
