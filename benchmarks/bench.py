@@ -45,13 +45,27 @@ GEOMETRIES = {
 }
 
 
-def write_run(root: Path, geometry: str, n: int, seed: int = 0, rel_update: float = 1e-3,
-              replay: tuple[int, int] | None = None) -> Path:
+def write_run(
+    root: Path,
+    geometry: str,
+    n: int,
+    seed: int = 0,
+    rel_update: float = 1e-3,
+    replay: tuple[int, int] | None = None,
+) -> Path:
     L, d, H, G, h = GEOMETRIES[geometry]
     g = torch.Generator().manual_seed(seed)
-    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": d, "num_hidden_layers": L,
-           "num_attention_heads": H, "num_key_value_heads": G, "head_dim": h, "rope_theta": 500000.0,
-           "torch_dtype": "bfloat16"}
+    cfg = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": d,
+        "num_hidden_layers": L,
+        "num_attention_heads": H,
+        "num_key_value_heads": G,
+        "head_dim": h,
+        "rope_theta": 500000.0,
+        "torch_dtype": "bfloat16",
+    }
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(cfg))
     base = {}
@@ -72,8 +86,13 @@ def write_run(root: Path, geometry: str, n: int, seed: int = 0, rel_update: floa
             b, t = replay
             gx = torch.Generator().manual_seed(seed + 1)
             acts = {(i, "attn_in"): torch.randn(b, t, d, generator=gx) + step * 1e-3 for i in range(L)}
-            write_replay(folder / "replay.h5", (step + 1) * 100, acts, input_ids=torch.zeros(b, t, dtype=torch.long),
-                         store_dtype="bfloat16")
+            write_replay(
+                folder / "replay.h5",
+                (step + 1) * 100,
+                acts,
+                input_ids=torch.zeros(b, t, dtype=torch.long),
+                store_dtype="bfloat16",
+            )
         for v in base.values():
             v.add_(torch.randn(v.shape, generator=g) * (rel_update * d**-0.5))
     return root
@@ -116,9 +135,9 @@ def naive(run: Path, heads: int = 2) -> float:
     t = time.perf_counter()
     for j in range(heads):
         g = j // grp
-        wq0, wk0 = q0[j * h:(j + 1) * h].numpy(), k0[g * h:(g + 1) * h].numpy()
-        dq = q1[j * h:(j + 1) * h].numpy() - wq0
-        dk = k1[g * h:(g + 1) * h].numpy() - wk0
+        wq0, wk0 = q0[j * h : (j + 1) * h].numpy(), k0[g * h : (g + 1) * h].numpy()
+        dq = q1[j * h : (j + 1) * h].numpy() - wq0
+        dk = k1[g * h : (g + 1) * h].numpy() - wk0
         np.linalg.svd(wq0.T @ wk0, compute_uv=False)  # M_j at t-1 (and t: same cost, counted once)
         np.linalg.svd(dq.T @ wk0 + wq0.T @ dk, compute_uv=False)  # D2
     return (time.perf_counter() - t) / heads
@@ -150,17 +169,26 @@ def compute_bound(geometry: str, n_ckpt: int, device: str) -> dict:
     rate64 = gemm_flop / _best(lambda: (x64 @ x64.mT, sync()))
     rate32 = gemm_flop / _best(lambda: (x32 @ x32.mT, sync()))
     pairs = n_ckpt - 1
-    products = L * (2 * (H + G) * h * h * d  # G(W) of the first checkpoint (later ones are carried)
-                    + pairs * 4 * (H + G) * h * h * d)  # G(dW) and C = dW W^T, queries and keys
-    cores = L * (pairs * H * 2 * 2 * (2 * h) ** 3 + n_ckpt * H * 2 * 2 * h ** 3)  # F^T G F
+    products = L * (
+        2 * (H + G) * h * h * d  # G(W) of the first checkpoint (later ones are carried)
+        + pairs * 4 * (H + G) * h * h * d
+    )  # G(dW) and C = dW W^T, queries and keys
+    cores = L * (pairs * H * 2 * 2 * (2 * h) ** 3 + n_ckpt * H * 2 * 2 * h**3)  # F^T G F
     a = torch.randn(H, 2 * h, 2 * h, dtype=torch.float64, device=dev)
     a = a @ a.mT
     b = a[:, :h, :h].contiguous()
-    eig = L * (pairs * _best(lambda: (torch.linalg.eigvalsh(a), sync())) + n_ckpt * _best(lambda: (torch.linalg.eigvalsh(b), sync())))
+    eig = L * (
+        pairs * _best(lambda: (torch.linalg.eigvalsh(a), sync()))
+        + n_ckpt * _best(lambda: (torch.linalg.eigvalsh(b), sync()))
+    )
     bound = (products + cores) / rate64 + eig
-    return {"gemm_f64_gflops": round(rate64 / 1e9, 1), "gemm_f32_gflops": round(rate32 / 1e9, 1),
-            "matmul_gflop": round((products + cores) / 1e9, 2), "eigensolve_s": round(eig, 4),
-            "compute_bound_s": round(bound, 4)}
+    return {
+        "gemm_f64_gflops": round(rate64 / 1e9, 1),
+        "gemm_f32_gflops": round(rate32 / 1e9, 1),
+        "matmul_gflop": round((products + cores) / 1e9, 2),
+        "eigensolve_s": round(eig, 4),
+        "compute_bound_s": round(bound, 4),
+    }
 
 
 # VmHWM, not ru_maxrss: on Linux ru_maxrss survives exec, so a child would report the forking
@@ -175,25 +203,42 @@ print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(
 
 def peak_rss_mb(run: Path, out: Path, device: str, env: dict | None = None) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    r = subprocess.run([sys.executable, "-c", PEAK_SNIPPET, str(run), str(out), device], capture_output=True, text=True,
-                       check=True, env={**os.environ, **(env or {})})
+    r = subprocess.run(
+        [sys.executable, "-c", PEAK_SNIPPET, str(run), str(out), device],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
+    )
     return int(r.stdout.strip().splitlines()[-1]) / 1024
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--geometry", choices=sorted(GEOMETRIES), default="llama-3.2-1b")
-    ap.add_argument("--checkpoints", type=int, default=2, help="checkpoints for the timing run (default: a pair)")
-    ap.add_argument("--memory", default="", help="comma-separated checkpoint counts for the peak-RSS sweep, e.g. 2,10,50")
+    ap.add_argument(
+        "--checkpoints", type=int, default=2, help="checkpoints for the timing run (default: a pair)"
+    )
+    ap.add_argument(
+        "--memory", default="", help="comma-separated checkpoint counts for the peak-RSS sweep, e.g. 2,10,50"
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--naive-heads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=None, help="where to write the synthetic checkpoints")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--peak-env", default="", metavar="K=V[,K=V]",
-                    help="environment for the peak-RSS processes, e.g. MALLOC_ARENA_MAX=1,MALLOC_TRIM_THRESHOLD_=0")
-    ap.add_argument("--replay", default="", metavar="BxT",
-                    help="also time the activation side with a replay batch, e.g. 8x512 (written in bf16)")
+    ap.add_argument(
+        "--peak-env",
+        default="",
+        metavar="K=V[,K=V]",
+        help="environment for the peak-RSS processes, e.g. MALLOC_ARENA_MAX=1,MALLOC_TRIM_THRESHOLD_=0",
+    )
+    ap.add_argument(
+        "--replay",
+        default="",
+        metavar="BxT",
+        help="also time the activation side with a replay batch, e.g. 8x512 (written in bf16)",
+    )
     args = ap.parse_args()
 
     L, d, H, G, h = GEOMETRIES[args.geometry]
@@ -206,18 +251,31 @@ def main() -> None:
         ana = min(analysis(run, out, args.device) for _ in range(args.repeat))
         per_head = naive(run, args.naive_heads)
         bound = compute_bound(args.geometry, args.checkpoints, args.device)
-        naive_total = per_head * H * L * (args.checkpoints - 1) + per_head / 2 * H * L  # D2 per pair, M per ckpt
+        naive_total = (
+            per_head * H * L * (args.checkpoints - 1) + per_head / 2 * H * L
+        )  # D2 per pair, M per ckpt
         result = {
-            "geometry": args.geometry, "layers": L, "hidden": d, "heads": H, "kv_heads": G, "head_dim": h,
-            "checkpoints": args.checkpoints, "device": args.device,
-            "io_floor_s": round(floor, 4), "analysis_s": round(ana, 4),
+            "geometry": args.geometry,
+            "layers": L,
+            "hidden": d,
+            "heads": H,
+            "kv_heads": G,
+            "head_dim": h,
+            "checkpoints": args.checkpoints,
+            "device": args.device,
+            "io_floor_s": round(floor, 4),
+            "analysis_s": round(ana, 4),
             "analysis_per_checkpoint_s": round(ana / args.checkpoints, 4),
             "analysis_over_floor": round(ana / floor, 2),
-            "naive_per_head_s": round(per_head, 4), "naive_extrapolated_s": round(naive_total, 1),
+            "naive_per_head_s": round(per_head, 4),
+            "naive_extrapolated_s": round(naive_total, 1),
             "speedup_over_naive": round(naive_total / ana, 1),
-            **bound, "compute_bound_over_floor": round(bound["compute_bound_s"] / floor, 2),
+            **bound,
+            "compute_bound_over_floor": round(bound["compute_bound_s"] / floor, 2),
             "analysis_over_compute_bound": round(ana / bound["compute_bound_s"], 2),
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "cpu": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(),
         }
         if args.replay:
@@ -225,9 +283,16 @@ def main() -> None:
             rrun = write_run(scratch / "replay-run", args.geometry, args.checkpoints, replay=(b, t))
             with_replay = analysis(rrun, scratch / "replay-out", args.device, replay=True)
             weights_only = analysis(rrun, scratch / "replay-out2", args.device, replay=False)
-            result.update({"replay_batch": [b, t], "analysis_with_replay_s": round(with_replay, 3),
-                           "activation_side_s": round(with_replay - weights_only, 3),
-                           "activation_side_per_checkpoint_s": round((with_replay - weights_only) / args.checkpoints, 3)})
+            result.update(
+                {
+                    "replay_batch": [b, t],
+                    "analysis_with_replay_s": round(with_replay, 3),
+                    "activation_side_s": round(with_replay - weights_only, 3),
+                    "activation_side_per_checkpoint_s": round(
+                        (with_replay - weights_only) / args.checkpoints, 3
+                    ),
+                }
+            )
             shutil.rmtree(rrun)
         if args.memory:
             peak_env = dict(kv.split("=", 1) for kv in args.peak_env.split(",") if kv)

@@ -51,8 +51,14 @@ def main() -> None:
     a = ap.parse_args()
     torch.manual_seed(0)
     m = model(a.layers, a.hidden, a.heads, a.kv_heads, a.head_dim, a.device)
-    config = {"model_type": "llama", "hidden_size": a.hidden, "num_hidden_layers": a.layers,
-              "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim}
+    config = {
+        "model_type": "llama",
+        "hidden_size": a.hidden,
+        "num_hidden_layers": a.layers,
+        "num_attention_heads": a.heads,
+        "num_key_value_heads": a.kv_heads,
+        "head_dim": a.head_dim,
+    }
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         mon = Monitor(m, Path(tmp) / "store", every=1, detect=False, config=config)
@@ -66,18 +72,35 @@ def main() -> None:
             mon.step(step)
             sync()
             times.append(time.perf_counter() - t0)
-        kept = sum(t.numel() * t.element_size() for pair in mon._prev.kept.values() for t in pair if t is not None)
+        kept = sum(
+            t.numel() * t.element_size() for pair in mon._prev.kept.values() for t in pair if t is not None
+        )
         t0 = time.perf_counter()
         mon.close()  # one detection pass over the points (assemble, judge, write summary)
         detect_s = time.perf_counter() - t0
-    print(json.dumps({
-        "geometry": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv_heads,
-                     "head_dim": a.head_dim},
-        "device": a.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "first_call_s": round(times[0], 3), "steady_calls_s": [round(t, 3) for t in times[1:]],
-        "steady_median_s": round(statistics.median(times[1:]), 3),
-        "snapshot_bytes": kept, "detection_pass_s": round(detect_s, 3), "points": len(times),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "geometry": {
+                    "layers": a.layers,
+                    "hidden": a.hidden,
+                    "heads": a.heads,
+                    "kv_heads": a.kv_heads,
+                    "head_dim": a.head_dim,
+                },
+                "device": a.device,
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "first_call_s": round(times[0], 3),
+                "steady_calls_s": [round(t, 3) for t in times[1:]],
+                "steady_median_s": round(statistics.median(times[1:]), 3),
+                "snapshot_bytes": kept,
+                "detection_pass_s": round(detect_s, 3),
+                "points": len(times),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -58,54 +58,86 @@ SETS: dict[str, dict] = {
     "calibration": {
         "fixtures": "fixtures/drills",  # linked as drills-<name>
         "runs": {
-            "cal5-lp": lp(0, 500, 1000), "cal5-lp15": lp(0, 500, 1500), "cal5-lp17": lp(0, 500, 1700),
-            "cal5-lp18": lp(0, 500, 1850), "cal5-lp20": lp(0, 500, 2000), "cal5-hl": hl(0, 500, 8),
-            "cal5-cb1": cb(0, 500, 1000, 8), "cal5-cb2": cb(0, 500, 500, 5), "cal5-cb3": cb(0, 500, 300, 4),
+            "cal5-lp": lp(0, 500, 1000),
+            "cal5-lp15": lp(0, 500, 1500),
+            "cal5-lp17": lp(0, 500, 1700),
+            "cal5-lp18": lp(0, 500, 1850),
+            "cal5-lp20": lp(0, 500, 2000),
+            "cal5-hl": hl(0, 500, 8),
+            "cal5-cb1": cb(0, 500, 1000, 8),
+            "cal5-cb2": cb(0, 500, 500, 5),
+            "cal5-cb3": cb(0, 500, 300, 4),
             "cal5-cb4": cb(0, 500, 200, 3),
             "drills-eval-healthy-s1": ok(1),
-            "drills-eval-lowprec-s1-on300": lp(1, 300, 1200), "drills-eval-lowprec-s2-on500": lp(2, 500, 2000),
+            "drills-eval-lowprec-s1-on300": lp(1, 300, 1200),
+            "drills-eval-lowprec-s2-on500": lp(2, 500, 2000),
             "drills-eval-highlr-s2-on300": hl(2, 300, 10),
-            "drills-eval-combined-s1-on300": cb(1, 300, 300, 4), "drills-eval-combined-s2-on500": cb(2, 500, 200, 3),
+            "drills-eval-combined-s1-on300": cb(1, 300, 300, 4),
+            "drills-eval-combined-s2-on500": cb(2, 500, 200, 3),
             "drills-eval-benign-dataswitch-s1-on500": benign(1, 500, "data-switch"),
             "drills-eval-benign-warmupcut-s2-on300": benign(2, 300, "warmup-cut"),
         },
     },
-    "heldout": {"runs": {
-        "healthy-s3": ok(3), "healthy-s4": ok(4), "healthy-const-s3": ok(3, schedule="constant"),
-        "healthy-dense-s4": ok(4, naming="llama"),
-        "lowprec-s3-on400": lp(3, 400, 1500), "lowprec-s4-on500": lp(4, 500, 1200),
-        "highlr-s3-on600": hl(3, 600, 6), "highlr-s4-on400": hl(4, 400, 5),
-        "highlr-const-s3-on600": hl(3, 600, 5, schedule="constant"),
-        "combined-s3-on400": cb(3, 400, 200, 3), "combined-s3-on600": cb(3, 600, 500, 6),
-        "combined-s4-on500": cb(4, 500, 300, 2.5),
-        "benign-dataswitch-s3-on400": benign(3, 400, "data-switch"),
-        "benign-warmupcut-s4-on500": benign(4, 500, "warmup-cut"),
-    }},
-    "replay": {"runs": {
-        "healthy-s5": ok(5, **REPLAY), "healthy-s6": ok(6, **REPLAY),
-        "lowprec-s5-on400": lp(5, 400, 1000, **REPLAY), "lowprec-s6-on500": lp(6, 500, 1500, **REPLAY),
-        "highlr-s5-on400": hl(5, 400, 8, **REPLAY), "highlr-s6-on500": hl(6, 500, 6, **REPLAY),
-        "combined-s5-on400": cb(5, 400, 200, 3, **REPLAY), "combined-s6-on500": cb(6, 500, 500, 5, **REPLAY),
-        "combined-s6-on300": cb(6, 300, 300, 3, **REPLAY),
-        "benign-warmupcut-s5-on400": benign(5, 400, "warmup-cut", **REPLAY),
-        "benign-dataswitch-s5-on400": benign(5, 400, "data-switch", **REPLAY),
-        "benign-dataswitch-s6-on500": benign(6, 500, "data-switch", **REPLAY),
-    }},
-    "dense": {"runs": {
-        "healthy-s7": ok(7, **E50), "healthy-const-s7": ok(7, schedule="constant", **E50),
-        "lowprec-s7-on500": lp(7, 500, 1200, **E50), "highlr-s7-on500": hl(7, 500, 6, **E50),
-        "combined-s7-on500": cb(7, 500, 300, 4, **E50),
-        "benign-warmupcut-s7-on500": benign(7, 500, "warmup-cut", **E50),
-    }},
-    "fresh": {"runs": {
-        "healthy-s8-e50": ok(8, **E50), "healthy-s9": ok(9), "healthy-const-s9": ok(9, schedule="constant"),
-        "lowprec-s8-on600-e50": lp(8, 600, 1500, **E50), "lowprec-s9-on400": lp(9, 400, 1000),
-        "highlr-s8-on400-e50": hl(8, 400, 5, **E50), "highlr-s9-on500": hl(9, 500, 7),
-        "combined-s8-on500-e50": cb(8, 500, 200, 3, **E50), "combined-s9-on400": cb(9, 400, 300, 3),
-        "benign-dataswitch-s8-on500-e50": benign(8, 500, "data-switch", **E50),
-        "benign-warmupcut-s8-on600-e50": benign(8, 600, "warmup-cut", **E50),
-        "benign-warmupcut-s9-on700": benign(9, 700, "warmup-cut"),
-    }},
+    "heldout": {
+        "runs": {
+            "healthy-s3": ok(3),
+            "healthy-s4": ok(4),
+            "healthy-const-s3": ok(3, schedule="constant"),
+            "healthy-dense-s4": ok(4, naming="llama"),
+            "lowprec-s3-on400": lp(3, 400, 1500),
+            "lowprec-s4-on500": lp(4, 500, 1200),
+            "highlr-s3-on600": hl(3, 600, 6),
+            "highlr-s4-on400": hl(4, 400, 5),
+            "highlr-const-s3-on600": hl(3, 600, 5, schedule="constant"),
+            "combined-s3-on400": cb(3, 400, 200, 3),
+            "combined-s3-on600": cb(3, 600, 500, 6),
+            "combined-s4-on500": cb(4, 500, 300, 2.5),
+            "benign-dataswitch-s3-on400": benign(3, 400, "data-switch"),
+            "benign-warmupcut-s4-on500": benign(4, 500, "warmup-cut"),
+        }
+    },
+    "replay": {
+        "runs": {
+            "healthy-s5": ok(5, **REPLAY),
+            "healthy-s6": ok(6, **REPLAY),
+            "lowprec-s5-on400": lp(5, 400, 1000, **REPLAY),
+            "lowprec-s6-on500": lp(6, 500, 1500, **REPLAY),
+            "highlr-s5-on400": hl(5, 400, 8, **REPLAY),
+            "highlr-s6-on500": hl(6, 500, 6, **REPLAY),
+            "combined-s5-on400": cb(5, 400, 200, 3, **REPLAY),
+            "combined-s6-on500": cb(6, 500, 500, 5, **REPLAY),
+            "combined-s6-on300": cb(6, 300, 300, 3, **REPLAY),
+            "benign-warmupcut-s5-on400": benign(5, 400, "warmup-cut", **REPLAY),
+            "benign-dataswitch-s5-on400": benign(5, 400, "data-switch", **REPLAY),
+            "benign-dataswitch-s6-on500": benign(6, 500, "data-switch", **REPLAY),
+        }
+    },
+    "dense": {
+        "runs": {
+            "healthy-s7": ok(7, **E50),
+            "healthy-const-s7": ok(7, schedule="constant", **E50),
+            "lowprec-s7-on500": lp(7, 500, 1200, **E50),
+            "highlr-s7-on500": hl(7, 500, 6, **E50),
+            "combined-s7-on500": cb(7, 500, 300, 4, **E50),
+            "benign-warmupcut-s7-on500": benign(7, 500, "warmup-cut", **E50),
+        }
+    },
+    "fresh": {
+        "runs": {
+            "healthy-s8-e50": ok(8, **E50),
+            "healthy-s9": ok(9),
+            "healthy-const-s9": ok(9, schedule="constant"),
+            "lowprec-s8-on600-e50": lp(8, 600, 1500, **E50),
+            "lowprec-s9-on400": lp(9, 400, 1000),
+            "highlr-s8-on400-e50": hl(8, 400, 5, **E50),
+            "highlr-s9-on500": hl(9, 500, 7),
+            "combined-s8-on500-e50": cb(8, 500, 200, 3, **E50),
+            "combined-s9-on400": cb(9, 400, 300, 3),
+            "benign-dataswitch-s8-on500-e50": benign(8, 500, "data-switch", **E50),
+            "benign-warmupcut-s8-on600-e50": benign(8, 600, "warmup-cut", **E50),
+            "benign-warmupcut-s9-on700": benign(9, 700, "warmup-cut"),
+        }
+    },
 }
 
 
@@ -135,7 +167,9 @@ def generate(set_dir: Path, spec: dict, jobs: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True, help="where the sets are written (outside the repository)")
+    ap.add_argument(
+        "--out", type=Path, required=True, help="where the sets are written (outside the repository)"
+    )
     ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated subset of {', '.join(SETS)}")
     ap.add_argument("--jobs", type=int, default=2, help="drills trained side by side")
     args = ap.parse_args()
@@ -148,7 +182,9 @@ def main() -> None:
         generate(set_dir, SETS[name], args.jobs)
         rows = evaluate.evaluate(set_dir / "runs", out_root=set_dir / "analysis")
         totals = evaluate.totals(rows)
-        (set_dir / "eval.json").write_text(json.dumps({"rows": rows, "totals": totals}, indent=1, default=str))
+        (set_dir / "eval.json").write_text(
+            json.dumps({"rows": rows, "totals": totals}, indent=1, default=str)
+        )
         print(f"## {name}\n{evaluate.format_table(rows)}\n{json.dumps(totals)}\n")
 
 

@@ -27,7 +27,14 @@ from ckptscan.callbacks import Monitor
 from ckptscan.drills import run_drill
 from ckptscan.drills.naming import config_json, hf_name
 
-BASE = {"steps": 1500, "onset": 400, "save_every": 100, "naming": "mixtral", "replay": False, "dtype": "float32"}
+BASE = {
+    "steps": 1500,
+    "onset": 400,
+    "save_every": 100,
+    "naming": "mixtral",
+    "replay": False,
+    "dtype": "float32",
+}
 DRILLS = {
     "lowprec-attention": {"fault": "lowprec-attention", "severity": 1000.0},
     "lowprec-attention-1500": {"fault": "lowprec-attention", "severity": 1500.0},
@@ -45,9 +52,15 @@ def one(root: Path, name: str, every: int, detect_every: int) -> dict:
 
     def callback(step, model, rec):
         if "m" not in holder:
-            holder["m"] = Monitor(model, live, every=every, detect_every=detect_every, on_alarm=alarms.append,
-                                  rename=partial(hf_name, naming=BASE["naming"]),
-                                  config=config_json(model.cfg, BASE["naming"], BASE["dtype"]))
+            holder["m"] = Monitor(
+                model,
+                live,
+                every=every,
+                detect_every=detect_every,
+                on_alarm=alarms.append,
+                rename=partial(hf_name, naming=BASE["naming"]),
+                config=config_json(model.cfg, BASE["naming"], BASE["dtype"]),
+            )
         holder["m"].step(step, loss=rec["loss"], grad_norm=rec["grad_norm"])
 
     t0 = time.perf_counter()
@@ -60,29 +73,51 @@ def one(root: Path, name: str, every: int, detect_every: int) -> dict:
 
     def side(res) -> dict:
         v = res.verdict
-        return {"class": v.get("fault_type"), "earliest": v.get("earliest_step"),
-                "confirmed": v.get("confirmed_step"), "lead": res.summary.get("lead_time_steps"),
-                "confirmed_lead": (div - v["confirmed_step"]) if div is not None and v.get("confirmed_step") else None,
-                "points": len(res.timeline.steps)}
+        return {
+            "class": v.get("fault_type"),
+            "earliest": v.get("earliest_step"),
+            "confirmed": v.get("confirmed_step"),
+            "lead": res.summary.get("lead_time_steps"),
+            "confirmed_lead": (div - v["confirmed_step"])
+            if div is not None and v.get("confirmed_step")
+            else None,
+            "points": len(res.timeline.steps),
+        }
 
     raised = alarms[0].step if alarms else None
-    return {"drill": name, "divergence": div, "train_s": round(train_s, 1),
-            "monitor_calls": len(mon.call_seconds), "monitor_s": round(sum(mon.call_seconds), 2),
-            "in_loop": {**side(in_loop), "alarm_raised_at": raised,
-                        "raised_lead": (div - raised) if div is not None and raised is not None else None},
-            "offline": side(offline)}
+    return {
+        "drill": name,
+        "divergence": div,
+        "train_s": round(train_s, 1),
+        "monitor_calls": len(mon.call_seconds),
+        "monitor_s": round(sum(mon.call_seconds), 2),
+        "in_loop": {
+            **side(in_loop),
+            "alarm_raised_at": raised,
+            "raised_lead": (div - raised) if div is not None and raised is not None else None,
+        },
+        "offline": side(offline),
+    }
 
 
 def table(rows: list[dict]) -> str:
-    out = [("| drill | divergence | offline: class, earliest / confirmed (lead / confirmed lead) | in-loop: class, "
-            "earliest / confirmed (lead / confirmed lead) | in-loop alarm raised at (lead) |"),
-           "|---|---|---|---|---|"]
+    out = [
+        (
+            "| drill | divergence | offline: class, earliest / confirmed (lead / confirmed lead) | in-loop: class, "
+            "earliest / confirmed (lead / confirmed lead) | in-loop alarm raised at (lead) |"
+        ),
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
+
         def fmt(s):
             return f"{s['class']}, {s['earliest']} / {s['confirmed']} ({s['lead']} / {s['confirmed_lead']})"
+
         il = r["in_loop"]
-        out.append(f"| {r['drill']} | {r['divergence']} | {fmt(r['offline'])} | {fmt(il)} | "
-                   f"{il['alarm_raised_at']} ({il['raised_lead']}) |")
+        out.append(
+            f"| {r['drill']} | {r['divergence']} | {fmt(r['offline'])} | {fmt(il)} | "
+            f"{il['alarm_raised_at']} ({il['raised_lead']}) |"
+        )
     return "\n".join(out)
 
 

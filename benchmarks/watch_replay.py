@@ -48,8 +48,24 @@ def replay_one(run: Path, work: Path, interval: float, poll: float, idle: float)
     if (run / "config.json").is_file():
         shutil.copyfile(run / "config.json", dst / "config.json")
     status = out / "watch.json"
-    cmd = [sys.executable, "-m", "ckptscan.cli", "watch", str(dst), "-o", str(out), "--poll", str(poll),
-           "--idle", str(idle), "--nice", "0", "-q", "--fail-on", "never"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ckptscan.cli",
+        "watch",
+        str(dst),
+        "-o",
+        str(out),
+        "--poll",
+        str(poll),
+        "--idle",
+        str(idle),
+        "--nice",
+        "0",
+        "-q",
+        "--fail-on",
+        "never",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     landed: dict[int, float] = {}
     try:
@@ -73,15 +89,23 @@ def replay_one(run: Path, work: Path, interval: float, poll: float, idle: float)
     confirmed = alarm.get("confirmed_step")
     raised = alarm.get("raised_at")
     return {
-        "run": run.name, "fault": truth["fault"], "onset": truth["onset_step"],
-        "divergence": truth["divergence_step"], "save_every": truth["params"]["save_every"],
-        "offline_class": off.get("fault_type"), "offline_earliest": off.get("earliest_step"),
+        "run": run.name,
+        "fault": truth["fault"],
+        "onset": truth["onset_step"],
+        "divergence": truth["divergence_step"],
+        "save_every": truth["params"]["save_every"],
+        "offline_class": off.get("fault_type"),
+        "offline_earliest": off.get("earliest_step"),
         "offline_confirmed": off.get("confirmed_step"),
-        "watch_class_at_alarm": alarm.get("fault_type"), "watch_earliest_at_alarm": alarm.get("earliest_step"),
-        "watch_confirmed": confirmed, "watch_analysed_up_to": alarm.get("analysed_up_to_step"),
+        "watch_class_at_alarm": alarm.get("fault_type"),
+        "watch_earliest_at_alarm": alarm.get("earliest_step"),
+        "watch_confirmed": confirmed,
+        "watch_analysed_up_to": alarm.get("analysed_up_to_step"),
         "watch_seconds_after_landing": alarm.get("seconds_after_landing"),
-        "watch_raised_at": raised, "watch_final_class": (st.get("verdict") or {}).get("fault_type"),
-        "watch_rounds": st.get("rounds"), "stop_reason": st.get("stop_reason"),
+        "watch_raised_at": raised,
+        "watch_final_class": (st.get("verdict") or {}).get("fault_type"),
+        "watch_rounds": st.get("rounds"),
+        "stop_reason": st.get("stop_reason"),
         "watch_exit_code": proc.returncode,
     }
 
@@ -91,19 +115,45 @@ def _cell(v) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ["run", "fault", "onset", "divergence", "offline: class, earliest, confirmed",
-            "watch: alarm at step (analysed up to)", "s after landing", "steps before divergence",
-            "watch: class at alarm / at end"]
+    head = [
+        "run",
+        "fault",
+        "onset",
+        "divergence",
+        "offline: class, earliest, confirmed",
+        "watch: alarm at step (analysed up to)",
+        "s after landing",
+        "steps before divergence",
+        "watch: class at alarm / at end",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in rows:
         off = f"{r['offline_class']}, {_cell(r['offline_earliest'])}, {_cell(r['offline_confirmed'])}"
-        at = "no alarm" if r["watch_confirmed"] is None else f"{r['watch_confirmed']} ({r['watch_analysed_up_to']})"
+        at = (
+            "no alarm"
+            if r["watch_confirmed"] is None
+            else f"{r['watch_confirmed']} ({r['watch_analysed_up_to']})"
+        )
         cls = f"{_cell(r['watch_class_at_alarm'])} / {_cell(r['watch_final_class'])}"
         div, conf = r["divergence"], r["watch_confirmed"]
         lead = div - conf if div is not None and conf is not None else None
-        lines.append("| " + " | ".join([r["run"], r["fault"], _cell(r["onset"] if r["fault"] != "none" else None),
-                                        _cell(r["divergence"]), off, at, _cell(r["watch_seconds_after_landing"]),
-                                        _cell(lead), cls]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["run"],
+                    r["fault"],
+                    _cell(r["onset"] if r["fault"] != "none" else None),
+                    _cell(r["divergence"]),
+                    off,
+                    at,
+                    _cell(r["watch_seconds_after_landing"]),
+                    _cell(lead),
+                    cls,
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 

@@ -1,9 +1,9 @@
 """ckptscan: offline checkpoint forensics for LLM training runs.
 
-    from ckptscan import analyze
-    result = analyze("runs/my-run")
-    result.verdict        # {"anomalous": ..., "earliest_step": ..., "fault_type": ..., ...}
-    result.timeline.get("attn.D2.entropy2")   # [checkpoints, layers, heads]
+from ckptscan import analyze
+result = analyze("runs/my-run")
+result.verdict        # {"anomalous": ..., "earliest_step": ..., "fault_type": ..., ...}
+result.timeline.get("attn.D2.entropy2")   # [checkpoints, layers, heads]
 """
 
 __version__ = "0.1.0"

@@ -135,8 +135,12 @@ def analyze(
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise UsageError("no such folder" if not run_dir.exists() else
-                         "not a folder (give the folder that holds the checkpoints)", run_dir)
+        raise UsageError(
+            "no such folder"
+            if not run_dir.exists()
+            else "not a folder (give the folder that holds the checkpoints)",
+            run_dir,
+        )
     cfg = config
     selection = cfg.selection
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir, selection)
@@ -149,7 +153,9 @@ def analyze(
         raise UsageError(f"--layout {cfg.layout_file}: no such file")
     if cfg.log_file is not None and not cfg.log_file.exists():
         raise UsageError(f"--log {cfg.log_file}: no such file or folder")
-    layout_file, config_file, overrides = model_inputs(cfg.config_file, cfg.layout_file, cfg.heads, cfg.kv_heads)
+    layout_file, config_file, overrides = model_inputs(
+        cfg.config_file, cfg.layout_file, cfg.heads, cfg.kv_heads
+    )
     lo, hi = parse_steps_range(cfg.steps)
     if until_step is not None:
         hi = until_step if hi is None else min(hi, until_step)
@@ -193,16 +199,28 @@ def analyze(
     failure = None
     try:
         reference = _reference(cfg, out) if cfg.baseline is not None else None
-        judgement = verdict.judge(run_dir, timeline, findings, log_file=log_file, reference=reference,
-                                  checkpoint_steps=found.all_steps, log_step_offset=log_offset)
+        judgement = verdict.judge(
+            run_dir,
+            timeline,
+            findings,
+            log_file=log_file,
+            reference=reference,
+            checkpoint_steps=found.all_steps,
+            log_step_offset=log_offset,
+        )
     except Exception as e:  # noqa: BLE001 -- re-raised below, once the summary of what was done is written
         judgement, failure = _unjudged(e), e
     timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
         first = skipped_run[0] if skipped_run else skipped[0]
-        judgement["verdict"].update(fault_type="inconclusive", confidence=0.0, reason=(
-            f"not enough evidence: none of the {len(ckpts)} checkpoints could be read (first: {first.path}: "
-            f"{first.reason})"))
+        judgement["verdict"].update(
+            fault_type="inconclusive",
+            confidence=0.0,
+            reason=(
+                f"not enough evidence: none of the {len(ckpts)} checkpoints could be read (first: {first.path}: "
+                f"{first.reason})"
+            ),
+        )
     summary = {
         "schema": SCHEMA,
         "ckptscan_version": __version__,
@@ -283,21 +301,33 @@ def claim_out_dir(out: Path, run_dir: Path, selection: dict) -> None:
     if owner is None:
         return
     if owner.get("run") != str(run_dir.resolve()):
-        raise UsageError(f"output folder {out} holds the results of another run ({owner.get('run')}); "
-                         f"choose another with -o")
+        raise UsageError(
+            f"output folder {out} holds the results of another run ({owner.get('run')}); "
+            f"choose another with -o"
+        )
     if owner.get("selection") != selection:
         held = _selection_words(owner.get("selection") or {})
-        raise UsageError(f"output folder {out} holds the analysis of {held}; this one "
-                         f"({_selection_words(selection)}) would replace it: choose another with -o")
+        raise UsageError(
+            f"output folder {out} holds the analysis of {held}; this one "
+            f"({_selection_words(selection)}) would replace it: choose another with -o"
+        )
 
 
 def _unjudged(err: Exception) -> dict:
     """The judgement keys of a run whose judging failed (a bug, or a ``--baseline`` that cannot be
     analysed): no verdict, and why; the checkpoints' results are still summarised."""
-    return {"verdict": {"anomalous": False, "earliest_step": None, "fault_type": "inconclusive",
-                        "confidence": 0.0, "evidence": [],
-                        "reason": f"the run could not be judged ({describe(err)})"},
-            "loss": {"divergence_step": None, "log_only_alarm_step": None}, "lead_time_steps": None}
+    return {
+        "verdict": {
+            "anomalous": False,
+            "earliest_step": None,
+            "fault_type": "inconclusive",
+            "confidence": 0.0,
+            "evidence": [],
+            "reason": f"the run could not be judged ({describe(err)})",
+        },
+        "loss": {"divergence_step": None, "log_only_alarm_step": None},
+        "lead_time_steps": None,
+    }
 
 
 def _outside_note(results) -> list[str]:
@@ -306,8 +336,12 @@ def _outside_note(results) -> list[str]:
     if not paths:
         return []
     more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
-    return [(f"inputs outside the run ({len(paths)} read through symlinks or HDF5 external storage): "
-            f"{', '.join(paths[:5])}{more}")]
+    return [
+        (
+            f"inputs outside the run ({len(paths)} read through symlinks or HDF5 external storage): "
+            f"{', '.join(paths[:5])}{more}"
+        )
+    ]
 
 
 def model_inputs(config_file, layout_file, heads, kv_heads) -> tuple[Path | None, Path | None, dict]:
@@ -360,14 +394,19 @@ def load_result(out_dir: str | Path) -> Result:
         raise InputError(f"not a ckptscan summary: the file {e}", summary_path) from None
     problems = validate(summary)
     if problems:
-        raise InputError(f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})",
-                         summary_path)
+        raise InputError(
+            f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})", summary_path
+        )
     if not (out / "timeline.h5").is_file():
-        raise InputError("missing: the analysis that wrote summary.json stored no timeline here "
-                         "(re-run ckptscan analyze)", out / "timeline.h5")
+        raise InputError(
+            "missing: the analysis that wrote summary.json stored no timeline here (re-run ckptscan analyze)",
+            out / "timeline.h5",
+        )
     try:
         timeline = Timeline.load(out / "timeline.h5")
     except Exception as e:  # noqa: BLE001 -- a damaged HDF5 file fails in many ways: named, never a crash
         raise InputError(f"not a readable ckptscan timeline ({describe(e)})", out / "timeline.h5") from None
-    skipped = [Skipped(s["path"], s["reason"], s.get("error", True)) for s in summary["checkpoints"]["skipped"]]
+    skipped = [
+        Skipped(s["path"], s["reason"], s.get("error", True)) for s in summary["checkpoints"]["skipped"]
+    ]
     return Result(Path(summary["run"]), out, summary, timeline, skipped)

@@ -55,10 +55,16 @@ class _Main(click.Group):
 
     # name -> (module, attribute, one-line help for ``ckptscan --help``)
     LAZY: ClassVar[dict[str, tuple[str, str, str]]] = {
-        "drill": ("ckptscan.drills.cli", "drill",
-                  "Train a tiny model with a fault injected; write a checkpointed run."),
-        "eval": ("ckptscan.drills.evaluate", "eval_cmd",
-                 "Analyse every drill run (folders with truth.json) and score the verdicts."),
+        "drill": (
+            "ckptscan.drills.cli",
+            "drill",
+            "Train a tiny model with a fault injected; write a checkpointed run.",
+        ),
+        "eval": (
+            "ckptscan.drills.evaluate",
+            "eval_cmd",
+            "Analyse every drill run (folders with truth.json) and score the verdicts.",
+        ),
     }
 
     def list_commands(self, ctx):
@@ -71,8 +77,10 @@ class _Main(click.Group):
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx, formatter):
-        rows = [(n, self.LAZY[n][2] if n in self.LAZY else self.commands[n].get_short_help_str(limit=80))
-                for n in self.list_commands(ctx)]
+        rows = [
+            (n, self.LAZY[n][2] if n in self.LAZY else self.commands[n].get_short_help_str(limit=80))
+            for n in self.list_commands(ctx)
+        ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -122,8 +130,12 @@ def handle_errors(fn):
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
                 raise
-            _stop(f"internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug for the "
-                  f"traceback)", EXIT_INTERNAL, kwargs)
+            _stop(
+                f"internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug for the "
+                f"traceback)",
+                EXIT_INTERNAL,
+                kwargs,
+            )
 
     return wrapper
 
@@ -148,8 +160,9 @@ def _stop(message: str, code: int, kwargs: dict):
     sys.exit(code)
 
 
-@click.group(cls=_Main,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
+@click.group(
+    cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH}
+)
 @click.version_option(__version__, prog_name="ckptscan")
 def main():
     """Offline checkpoint forensics for LLM training runs.
@@ -167,27 +180,83 @@ def _existing(dir_okay=True, file_okay=True):
 
 def _common_analysis_options(fn):
     opts = [
-        click.option("--steps", metavar="START:END", help="Only checkpoints with START <= step <= END (either side may be empty)."),
-        click.option("--every", type=click.IntRange(min=1), help="Only every N-th checkpoint (in step order)."),
-        click.option("--step-regex", metavar="REGEX", help="Regex with one group capturing the step, for unusual checkpoint names."),
-        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-                     help="Where the maths runs; auto takes CUDA when present."),
-        click.option("--layout", "layout_file", type=_existing(dir_okay=False),
-                     help="TOML file mapping tensor-name regexes to roles, for architectures ckptscan does not know (docs/layouts.md)."),
-        click.option("--config", "config_file", type=_existing(dir_okay=False),
-                     help="Model config for checkpoints that carry none: an HF config.json, or a layout TOML (as --layout)."),
-        click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config)."),
-        click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (grouped-query attention; overrides any config)."),
-        click.option("--trust-pickle", is_flag=True,
-                     help="Allow torch files that need arbitrary unpickling. DANGEROUS: this executes code from the checkpoint; only for files you trust. Without it such files are refused."),
-        click.option("--replay/--no-replay", default=True, show_default=True, help="Use replay activation files when the run has them."),
-        click.option("--replay-pattern", metavar="PATTERN",
-                     help="Where replay files are, relative to the run dir, e.g. 'replay/step_{step}.h5' (default: replay.h5 in each checkpoint)."),
-        click.option("--log", "log_file", type=_existing(),
-                     help="Training log to read the loss from: trainer_state.json, *.jsonl, *.csv, or "
-                          "TensorBoard event files (a file or their folder)."),
-        click.option("--baseline", type=_existing(file_okay=False),
-                     help="A healthy reference run of the same recipe to compare against step by step."),
+        click.option(
+            "--steps",
+            metavar="START:END",
+            help="Only checkpoints with START <= step <= END (either side may be empty).",
+        ),
+        click.option(
+            "--every", type=click.IntRange(min=1), help="Only every N-th checkpoint (in step order)."
+        ),
+        click.option(
+            "--step-regex",
+            metavar="REGEX",
+            help="Regex with one group capturing the step, for unusual checkpoint names.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(["auto", "cpu", "cuda"]),
+            default="auto",
+            show_default=True,
+            help="Where the maths runs; auto takes CUDA when present.",
+        ),
+        click.option(
+            "--layout",
+            "layout_file",
+            type=_existing(dir_okay=False),
+            help=(
+                "TOML file mapping tensor-name regexes to roles, for architectures ckptscan does not know "
+                "(docs/layouts.md)."
+            ),
+        ),
+        click.option(
+            "--config",
+            "config_file",
+            type=_existing(dir_okay=False),
+            help="Model config for checkpoints that carry none: an HF config.json, or a layout TOML (as --layout).",
+        ),
+        click.option(
+            "--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config)."
+        ),
+        click.option(
+            "--kv-heads",
+            type=click.IntRange(min=1),
+            help="Number of key/value heads (grouped-query attention; overrides any config).",
+        ),
+        click.option(
+            "--trust-pickle",
+            is_flag=True,
+            help=(
+                "Allow torch files that need arbitrary unpickling. DANGEROUS: this executes code from the "
+                "checkpoint; only for files you trust. Without it such files are refused."
+            ),
+        ),
+        click.option(
+            "--replay/--no-replay",
+            default=True,
+            show_default=True,
+            help="Use replay activation files when the run has them.",
+        ),
+        click.option(
+            "--replay-pattern",
+            metavar="PATTERN",
+            help=(
+                "Where replay files are, relative to the run dir, e.g. 'replay/step_{step}.h5' "
+                "(default: replay.h5 in each checkpoint)."
+            ),
+        ),
+        click.option(
+            "--log",
+            "log_file",
+            type=_existing(),
+            help="Training log to read the loss from: trainer_state.json, *.jsonl, *.csv, or "
+            "TensorBoard event files (a file or their folder).",
+        ),
+        click.option(
+            "--baseline",
+            type=_existing(file_okay=False),
+            help="A healthy reference run of the same recipe to compare against step by step.",
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and stop at the first bad checkpoint."),
     ]
     for o in reversed(opts):
@@ -195,27 +264,75 @@ def _common_analysis_options(fn):
     return fn
 
 
-FAIL_ON_HELP = ("anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: "
-                "exit 3 on unreadable input, 5 when inconclusive, never 1; never: 0 whatever the verdict "
-                "(errors that stop the command still exit 2, 3 or 4).")
+FAIL_ON_HELP = (
+    "anomaly: exit 1 on an anomaly, 3 on unreadable input, 5 when inconclusive; input-error: "
+    "exit 3 on unreadable input, 5 when inconclusive, never 1; never: 0 whatever the verdict "
+    "(errors that stop the command still exit 2, 3 or 4)."
+)
 
 
 @main.command()
 @click.argument("run_dir", type=_existing(file_okay=False))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Output folder (default ./ckptscan-out/<run-name>/). Never inside the run directory.")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output folder (default ./ckptscan-out/<run-name>/). Never inside the run directory.",
+)
 @_common_analysis_options
-@click.option("--json", "as_json", is_flag=True, help="Print the summary JSON (schema ckptscan/1) to stdout instead of the terminal report.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a self-contained HTML report.")
-@click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML file for CI systems.")
-@click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="anomaly", show_default=True,
-              help=FAIL_ON_HELP)
-@click.option("-q", "--quiet", is_flag=True,
-              help="No progress; only the verdict line (and skipped inputs on stderr).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary JSON (schema ckptscan/1) to stdout instead of the terminal report.",
+)
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a self-contained HTML report.",
+)
+@click.option(
+    "--junit",
+    "junit_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a JUnit XML file for CI systems.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["anomaly", "input-error", "never"]),
+    default="anomaly",
+    show_default=True,
+    help=FAIL_ON_HELP,
+)
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress; only the verdict line (and skipped inputs on stderr)."
+)
 @handle_errors
-def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, config_file, heads, kv_heads,
-            trust_pickle, replay, replay_pattern, log_file, baseline, debug, as_json, html_file, junit_file,
-            fail_on, quiet):
+def analyze(
+    run_dir,
+    out_dir,
+    steps,
+    every,
+    step_regex,
+    device,
+    layout_file,
+    config_file,
+    heads,
+    kv_heads,
+    trust_pickle,
+    replay,
+    replay_pattern,
+    log_file,
+    baseline,
+    debug,
+    as_json,
+    html_file,
+    junit_file,
+    fail_on,
+    quiet,
+):
     """Analyse the checkpoints of RUN_DIR and report the earliest anomalous step and the fault class.
 
     Results (timeline.h5, summary.json) go to ./ckptscan-out/<run-name>/; re-running resumes and
@@ -231,13 +348,31 @@ def analyze(run_dir, out_dir, steps, every, step_regex, device, layout_file, con
     from ckptscan.pipeline.analyzer import check_outputs
     from ckptscan.report import emit
 
-    config = AnalysisConfig(steps=steps, every=every, step_regex=step_regex, device=device, layout_file=layout_file,
-                            config_file=config_file, heads=heads, kv_heads=kv_heads, trust_pickle=trust_pickle,
-                            replay=replay, replay_pattern=replay_pattern, log_file=log_file, baseline=baseline)
+    config = AnalysisConfig(
+        steps=steps,
+        every=every,
+        step_regex=step_regex,
+        device=device,
+        layout_file=layout_file,
+        config_file=config_file,
+        heads=heads,
+        kv_heads=kv_heads,
+        trust_pickle=trust_pickle,
+        replay=replay,
+        replay_pattern=replay_pattern,
+        log_file=log_file,
+        baseline=baseline,
+    )
     check_outputs([run_dir, baseline], files=(html_file, junit_file))  # before anything is written
     with _progress(not quiet) as on_progress:
-        result = run(run_dir, config, out_dir=out_dir, on_progress=on_progress, debug=debug,
-                     command=["ckptscan", *sys.argv[1:]])
+        result = run(
+            run_dir,
+            config,
+            out_dir=out_dir,
+            on_progress=on_progress,
+            debug=debug,
+            command=["ckptscan", *sys.argv[1:]],
+        )
     click.get_current_context().meta[VERDICT_REACHED] = True
     for sk in result.skipped:  # on stderr too: with --quiet or --json this is the only place they show
         kind = "warning: skipped" if sk.error else "note: skipped (expected in a live run)"
@@ -266,8 +401,15 @@ class _progress:
             return self._lines()
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.fields[status]}"), console=_console(stderr=True), transient=True)
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=_console(stderr=True),
+            transient=True,
+        )
         self.bar.__enter__()
 
         def update(i, total, ck, status):
@@ -289,8 +431,11 @@ class _progress:
             last[0] = now
             elapsed = now - start
             eta = elapsed / done * (total - done)
-            click.echo(f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {printable(status)}; "
-                       f"{_duration(elapsed)} elapsed, ETA {_duration(eta)}", err=True)
+            click.echo(
+                f"ckptscan: checkpoint {done}/{total} (step {ck.step}) {printable(status)}; "
+                f"{_duration(elapsed)} elapsed, ETA {_duration(eta)}",
+                err=True,
+            )
 
         return update
 
@@ -311,36 +456,114 @@ def _duration(seconds: float) -> str:
 
 @main.command()
 @click.argument("run_dir", type=_existing(file_okay=False))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Output folder (default ./ckptscan-out/<run-name>/, as for analyze). Never inside the run directory.")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output folder (default ./ckptscan-out/<run-name>/, as for analyze). Never inside the run directory.",
+)
 @_common_analysis_options
-@click.option("--poll", type=click.FloatRange(min=0.05), default=10.0, show_default=True, metavar="SECONDS",
-              help="Seconds between two looks at the run.")
-@click.option("--idle", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="Stop after SECONDS without a new checkpoint (and none being written).")
-@click.option("--until", "until_step", type=click.IntRange(min=0), metavar="STEP",
-              help="Stop once the checkpoints up to STEP (or a later one) are analysed.")
-@click.option("--stale", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
-              help="An unfinished checkpoint left unchanged this long while later ones are finished is "
-                   "analysed anyway (and reported unreadable if it is).")
-@click.option("--status", "status_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="JSON status file, rewritten every round (default OUT/watch.json). Never inside the run.")
-@click.option("--on-alarm", metavar="CMD",
-              help="Run CMD once when an alarm is confirmed (split like a shell's words, run without a "
-                   "shell); the verdict is in CKPTSCAN_* environment variables (docs/live.md).")
-@click.option("--hook-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="SECONDS",
-              help="Seconds --on-alarm may run before it is killed.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between two looks at the run.",
+)
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Stop after SECONDS without a new checkpoint (and none being written).",
+)
+@click.option(
+    "--until",
+    "until_step",
+    type=click.IntRange(min=0),
+    metavar="STEP",
+    help="Stop once the checkpoints up to STEP (or a later one) are analysed.",
+)
+@click.option(
+    "--stale",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="An unfinished checkpoint left unchanged this long while later ones are finished is "
+    "analysed anyway (and reported unreadable if it is).",
+)
+@click.option(
+    "--status",
+    "status_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON status file, rewritten every round (default OUT/watch.json). Never inside the run.",
+)
+@click.option(
+    "--on-alarm",
+    metavar="CMD",
+    help="Run CMD once when an alarm is confirmed (split like a shell's words, run without a "
+    "shell); the verdict is in CKPTSCAN_* environment variables (docs/live.md).",
+)
+@click.option(
+    "--hook-timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds --on-alarm may run before it is killed.",
+)
 @click.option("--exit-on-alarm", is_flag=True, help="Stop at the first confirmed alarm, with exit code 1.")
-@click.option("--nice", type=click.IntRange(0, 19), default=10, show_default=True,
-              help="Lower this process' CPU priority by N, so that the analysis yields to the trainer.")
-@click.option("--json", "as_json", is_flag=True, help="At the end, print the summary JSON instead of the report.")
-@click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="anomaly", show_default=True,
-              help="Exit code policy when watching stops, as for analyze.")
+@click.option(
+    "--nice",
+    type=click.IntRange(0, 19),
+    default=10,
+    show_default=True,
+    help="Lower this process' CPU priority by N, so that the analysis yields to the trainer.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="At the end, print the summary JSON instead of the report."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["anomaly", "input-error", "never"]),
+    default="anomaly",
+    show_default=True,
+    help="Exit code policy when watching stops, as for analyze.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No line per round; at the end only the verdict line.")
 @handle_errors
-def watch(run_dir, out_dir, steps, every, step_regex, device, layout_file, config_file, heads, kv_heads,
-          trust_pickle, replay, replay_pattern, log_file, baseline, debug, poll, idle, until_step, stale,
-          status_file, on_alarm, hook_timeout, exit_on_alarm, nice, as_json, fail_on, quiet):
+def watch(
+    run_dir,
+    out_dir,
+    steps,
+    every,
+    step_regex,
+    device,
+    layout_file,
+    config_file,
+    heads,
+    kv_heads,
+    trust_pickle,
+    replay,
+    replay_pattern,
+    log_file,
+    baseline,
+    debug,
+    poll,
+    idle,
+    until_step,
+    stale,
+    status_file,
+    on_alarm,
+    hook_timeout,
+    exit_on_alarm,
+    nice,
+    as_json,
+    fail_on,
+    quiet,
+):
     """Follow RUN_DIR while a training run writes checkpoints; analyse each finished one as it lands.
 
     A checkpoint is analysed once its files are complete and unchanged between two polls, into the
@@ -370,16 +593,38 @@ def watch(run_dir, out_dir, steps, every, step_regex, device, layout_file, confi
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:  # SIGTERM stops watching as Ctrl-C does
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    kwargs = {"steps": steps, "every": every, "step_regex": step_regex, "device": device,
-              "layout_file": layout_file, "trust_pickle": trust_pickle, "replay": replay,
-              "replay_pattern": replay_pattern, "log_file": log_file, "baseline": baseline,
-              "config_file": config_file, "heads": heads, "kv_heads": kv_heads, "debug": debug,
-              "command": ["ckptscan", *sys.argv[1:]]}
-    opts = WatchOptions(poll=poll, idle=idle, until=until_step, stale=stale, on_alarm=on_alarm,
-                        hook_timeout=hook_timeout, exit_on_alarm=exit_on_alarm, analyze_kwargs=kwargs)
+    kwargs = {
+        "steps": steps,
+        "every": every,
+        "step_regex": step_regex,
+        "device": device,
+        "layout_file": layout_file,
+        "trust_pickle": trust_pickle,
+        "replay": replay,
+        "replay_pattern": replay_pattern,
+        "log_file": log_file,
+        "baseline": baseline,
+        "config_file": config_file,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "debug": debug,
+        "command": ["ckptscan", *sys.argv[1:]],
+    }
+    opts = WatchOptions(
+        poll=poll,
+        idle=idle,
+        until=until_step,
+        stale=stale,
+        on_alarm=on_alarm,
+        hook_timeout=hook_timeout,
+        exit_on_alarm=exit_on_alarm,
+        analyze_kwargs=kwargs,
+    )
     echo = functools.partial(click.echo, err=True)
     if not quiet:
-        echo(f"ckptscan: watching {printable(str(run_dir))} every {poll:g}s; status: {printable(str(status_file))}")
+        echo(
+            f"ckptscan: watching {printable(str(run_dir))} every {poll:g}s; status: {printable(str(status_file))}"
+        )
     try:
         outcome = Watcher(run_dir, out, status_file, opts, echo, progress=not quiet).run()
     finally:
@@ -389,18 +634,30 @@ def watch(run_dir, out_dir, steps, every, step_regex, device, layout_file, confi
     if not quiet:
         echo(f"ckptscan: watch stopped ({outcome.reason})")
     if outcome.result is not None:
-        emit(outcome.result, as_json=as_json, quiet=quiet, html_file=None, junit_file=None, console=_console())
+        emit(
+            outcome.result, as_json=as_json, quiet=quiet, html_file=None, junit_file=None, console=_console()
+        )
     sys.exit(exit_code(outcome, fail_on))
 
 
 @main.command()
 @click.argument("checkpoint", type=_existing())
 @click.option("--layout", "layout_file", type=_existing(dir_okay=False), help="User layout file (TOML).")
-@click.option("--config", "config_file", type=_existing(dir_okay=False),
-              help="Model config (HF config.json or a layout TOML).")
+@click.option(
+    "--config",
+    "config_file",
+    type=_existing(dir_okay=False),
+    help="Model config (HF config.json or a layout TOML).",
+)
 @click.option("--heads", type=click.IntRange(min=1), help="Number of attention heads (overrides any config).")
-@click.option("--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (overrides any config).")
-@click.option("--trust-pickle", is_flag=True, help="Allow torch files that need arbitrary unpickling (executes code: only for trusted files).")
+@click.option(
+    "--kv-heads", type=click.IntRange(min=1), help="Number of key/value heads (overrides any config)."
+)
+@click.option(
+    "--trust-pickle",
+    is_flag=True,
+    help="Allow torch files that need arbitrary unpickling (executes code: only for trusted files).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--all-tensors", is_flag=True, help="Also list every tensor in the checkpoint.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -412,8 +669,14 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
     from ckptscan.report.terminal import print_inspect
 
     layout_file, config_file, overrides = model_inputs(config_file, layout_file, heads, kv_heads)
-    info = describe_checkpoint(checkpoint, layout_file=layout_file, trust_pickle=trust_pickle, all_tensors=all_tensors,
-                               config_file=config_file, model_overrides=overrides)
+    info = describe_checkpoint(
+        checkpoint,
+        layout_file=layout_file,
+        trust_pickle=trust_pickle,
+        all_tensors=all_tensors,
+        config_file=config_file,
+        model_overrides=overrides,
+    )
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
@@ -423,13 +686,26 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 @main.command()
 @click.argument("out_dir", type=_existing(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the stored summary JSON.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
-@click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a JUnit XML file.")
-@click.option("--fail-on", type=click.Choice(["anomaly", "input-error", "never"]), default="never", show_default=True,
-              help="Exit code policy, as for analyze.")
-@click.option("--baseline", "baseline_dir", type=_existing(file_okay=False),
-              help="Another stored result (an analyze output folder, e.g. a healthy run's) that the HTML "
-                   "report draws beside this one.")
+@click.option(
+    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report."
+)
+@click.option(
+    "--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a JUnit XML file."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["anomaly", "input-error", "never"]),
+    default="never",
+    show_default=True,
+    help="Exit code policy, as for analyze.",
+)
+@click.option(
+    "--baseline",
+    "baseline_dir",
+    type=_existing(file_okay=False),
+    help="Another stored result (an analyze output folder, e.g. a healthy run's) that the HTML "
+    "report draws beside this one.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
@@ -451,18 +727,35 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet
     if baseline_dir is not None:
         base = load_result(baseline_dir)
         baseline = (str(base.summary.get("run", baseline_dir)), base.timeline)
-    emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console(),
-         baseline=baseline)
+    emit(
+        result,
+        as_json=as_json,
+        quiet=quiet,
+        html_file=html_file,
+        junit_file=junit_file,
+        console=_console(),
+        baseline=baseline,
+    )
     sys.exit(result.exit_code(fail_on))
 
 
 @main.command()
 @click.argument("result_dir", type=_existing(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "tensorboard"]), required=True,
-              help="csv / parquet: one row per step, monitor, layer and head; tensorboard: event files "
-                   "at the training steps, to view beside the training curves.")
-@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path),
-              help="File (csv, parquet) or new folder (tensorboard) to write; default RESULT_DIR/export/.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "parquet", "tensorboard"]),
+    required=True,
+    help="csv / parquet: one row per step, monitor, layer and head; tensorboard: event files "
+    "at the training steps, to view beside the training curves.",
+)
+@click.option(
+    "-o",
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path),
+    help="File (csv, parquet) or new folder (tensorboard) to write; default RESULT_DIR/export/.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
 def export(result_dir, fmt, out_path, debug):

@@ -20,29 +20,55 @@ DEVICES = ("auto", "cpu", "cuda")
 @dataclass(frozen=True)
 class AnalysisConfig:
     # --- which checkpoints (the selection; an output folder holds one selection of one run) ---
-    steps: str | None = field(default=None, metadata={"doc": "START:END: only checkpoints with START <= step <= END "
-                                                              "(either side may be empty)"})
-    every: int | None = field(default=None, metadata={"doc": "only every N-th checkpoint, in step order (N >= 1)"})
-    step_regex: str | None = field(default=None, metadata={"doc": "a regex with one group capturing the step, for "
-                                                                   "unusual checkpoint names"})
+    steps: str | None = field(
+        default=None,
+        metadata={"doc": "START:END: only checkpoints with START <= step <= END (either side may be empty)"},
+    )
+    every: int | None = field(
+        default=None, metadata={"doc": "only every N-th checkpoint, in step order (N >= 1)"}
+    )
+    step_regex: str | None = field(
+        default=None,
+        metadata={"doc": "a regex with one group capturing the step, for unusual checkpoint names"},
+    )
     # --- how the checkpoints are read ---
-    device: str = field(default="auto", metadata={"doc": "where the maths runs: auto (CUDA when present), cpu, cuda"})
-    layout_file: Path | None = field(default=None, metadata={"doc": "a layout TOML for architectures ckptscan does "
-                                                                     "not know (docs/layouts.md)"})
-    config_file: Path | None = field(default=None, metadata={"doc": "a model config for checkpoints that carry "
-                                                                     "none: an HF config.json, or a layout TOML"})
-    heads: int | None = field(default=None, metadata={"doc": "number of attention heads (overrides any config)"})
-    kv_heads: int | None = field(default=None, metadata={"doc": "number of key/value heads (overrides any config)"})
-    trust_pickle: bool = field(default=False, metadata={"doc": "allow torch files that need arbitrary unpickling "
-                                                                "(executes code from the checkpoint)"})
+    device: str = field(
+        default="auto", metadata={"doc": "where the maths runs: auto (CUDA when present), cpu, cuda"}
+    )
+    layout_file: Path | None = field(
+        default=None,
+        metadata={"doc": "a layout TOML for architectures ckptscan does not know (docs/layouts.md)"},
+    )
+    config_file: Path | None = field(
+        default=None,
+        metadata={
+            "doc": "a model config for checkpoints that carry none: an HF config.json, or a layout TOML"
+        },
+    )
+    heads: int | None = field(
+        default=None, metadata={"doc": "number of attention heads (overrides any config)"}
+    )
+    kv_heads: int | None = field(
+        default=None, metadata={"doc": "number of key/value heads (overrides any config)"}
+    )
+    trust_pickle: bool = field(
+        default=False,
+        metadata={
+            "doc": "allow torch files that need arbitrary unpickling (executes code from the checkpoint)"
+        },
+    )
     replay: bool = field(default=True, metadata={"doc": "use replay activation files when the run has them"})
-    replay_pattern: str | None = field(default=None, metadata={"doc": "where replay files are, relative to the run, "
-                                                                       "e.g. 'replay/step_{step}.h5'"})
+    replay_pattern: str | None = field(
+        default=None,
+        metadata={"doc": "where replay files are, relative to the run, e.g. 'replay/step_{step}.h5'"},
+    )
     # --- how the run is judged ---
-    log_file: Path | None = field(default=None, metadata={"doc": "the training log to read the loss from (default: "
-                                                                  "found in the run)"})
-    baseline: Path | None = field(default=None, metadata={"doc": "a healthy reference run of the same recipe, "
-                                                                  "compared step by step"})
+    log_file: Path | None = field(
+        default=None, metadata={"doc": "the training log to read the loss from (default: found in the run)"}
+    )
+    baseline: Path | None = field(
+        default=None, metadata={"doc": "a healthy reference run of the same recipe, compared step by step"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("layout_file", "config_file", "log_file", "baseline"):

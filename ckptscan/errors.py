@@ -72,8 +72,10 @@ def describe(err: BaseException) -> str:
 def unexpected(err: BaseException) -> str:
     """The one-line reason for an exception no reader anticipated, raised while a file was read or
     analysed (a containment boundary turns it into a skipped entry instead of ending the run)."""
-    return (f"could not be analysed ({describe(err)}); if the files are sound this is a ckptscan bug: "
-            f"please report it with the --debug traceback")
+    return (
+        f"could not be analysed ({describe(err)}); if the files are sound this is a ckptscan bug: "
+        f"please report it with the --debug traceback"
+    )
 
 
 # control characters (C0, DEL, C1) and bidirectional overrides: they would move the cursor, colour or

@@ -103,8 +103,10 @@ def check_backed(t: torch.Tensor) -> str | None:
     need = t.numel() * t.element_size()
     have = t.untyped_storage().nbytes()
     if need > have:
-        return (f"is a view of {t.numel()} elements over a storage of {have} bytes (stride 0 or overlapping "
-                f"strides): refusing to expand it")
+        return (
+            f"is a view of {t.numel()} elements over a storage of {have} bytes (stride 0 or overlapping "
+            f"strides): refusing to expand it"
+        )
     return None
 
 

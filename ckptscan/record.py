@@ -67,14 +67,19 @@ def find_modules(model: nn.Module) -> tuple[dict[int, nn.Module], dict[int, nn.M
     attn: dict[int, nn.Module] = {}
     router: dict[int, nn.Module] = {}
     for name, module in model.named_modules():
-        for role, patterns, table in (("attention", ATTN_PATTERNS, attn), ("router", ROUTER_PATTERNS, router)):
+        for role, patterns, table in (
+            ("attention", ATTN_PATTERNS, attn),
+            ("router", ROUTER_PATTERNS, router),
+        ):
             m = next((m for pat in patterns if (m := pat.fullmatch(name))), None)
             if m is None or (role == "router" and not _is_router(model, name)):
                 continue
             i = int(m.group("layer"))
             if i in table and table[i] is not module:
-                raise ValueError(f"two {role} modules for layer {i} (second: {name!r}); pass "
-                                 f"attn_modules=/router_modules= explicitly")
+                raise ValueError(
+                    f"two {role} modules for layer {i} (second: {name!r}); pass "
+                    f"attn_modules=/router_modules= explicitly"
+                )
             table[i] = module
     return attn, router
 
@@ -116,11 +121,15 @@ class ReplayRecorder:
             self.attn_modules, self.router_modules = find_modules(model)
         fused = [i for i, m in self.attn_modules.items() if hasattr(m, "layer_norm_weight")]
         if fused:
-            raise ValueError(f"the QKV modules of layers {fused} fuse the layernorm (Transformer Engine): their "
-                             "input is not normalised; record the normalised state yourself (docs/replay.md)")
+            raise ValueError(
+                f"the QKV modules of layers {fused} fuse the layernorm (Transformer Engine): their "
+                "input is not normalised; record the normalised state yourself (docs/replay.md)"
+            )
         if not self.attn_modules and not self.router_modules:
-            raise ValueError("no attention projection or router modules found by name; pass "
-                             "attn_modules={layer: module} (and router_modules=) explicitly")
+            raise ValueError(
+                "no attention projection or router modules found by name; pass "
+                "attn_modules={layer: module} (and router_modules=) explicitly"
+            )
 
     # -- capture -----------------------------------------------------------------------------------
     def record(self) -> dict[tuple[int, str], torch.Tensor]:
@@ -137,29 +146,39 @@ class ReplayRecorder:
             elif x.ndim == 2 and x.shape[0] == b * t:  # HF MoE blocks flatten tokens before the router
                 x = x.reshape(b, t, x.shape[-1])
             else:
-                raise ValueError(f"layer {key[0]} {key[1]}: captured shape {tuple(x.shape)} does not match "
-                                 f"the replay batch [B={b}, T={t}, .]" + ("" if self.sequence_first else
-                                 " (sequence-first model? pass sequence_first=True)"))
+                raise ValueError(
+                    f"layer {key[0]} {key[1]}: captured shape {tuple(x.shape)} does not match "
+                    f"the replay batch [B={b}, T={t}, .]"
+                    + ("" if self.sequence_first else " (sequence-first model? pass sequence_first=True)")
+                )
             return x.float().cpu().clone()
 
         def store(key, tensor):
             if key in captured:
-                raise ValueError(f"layer {key[0]}: module called more than once in one forward ({key[1]}); "
-                                 "pass the modules explicitly")
+                raise ValueError(
+                    f"layer {key[0]}: module called more than once in one forward ({key[1]}); "
+                    "pass the modules explicitly"
+                )
             captured[key] = to_bt(tensor, key)
 
         def pre_hook(key):
             def hook(module, args, kwargs):
-                x = args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+                x = (
+                    args[0]
+                    if args
+                    else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+                )
                 if x is None:
                     raise ValueError(f"layer {key[0]}: no tensor input reached the {key[1]} module")
                 store(key, x)
+
             return hook
 
         def logits_hook(key):
             def hook(module, args, output):
                 if isinstance(output, torch.Tensor):
                     store(key, output)
+
             return hook
 
         handles = []
@@ -215,7 +234,9 @@ def write_replay(
             f.attrs["format"] = FORMAT
             f.attrs["step"] = int(step)
             if input_ids is not None:
-                ids = input_ids.cpu().numpy() if isinstance(input_ids, torch.Tensor) else np.asarray(input_ids)
+                ids = (
+                    input_ids.cpu().numpy() if isinstance(input_ids, torch.Tensor) else np.asarray(input_ids)
+                )
                 f.create_dataset("input_ids", data=ids.astype(np.int64))
             for (layer, name), x in sorted(activations.items()):
                 _b, t, last = x.shape

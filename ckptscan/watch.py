@@ -45,6 +45,7 @@ _UNFINISHED = ("incomplete checkpoint", "no checkpoint weights found")
 
 # --- is a checkpoint finished? ---------------------------------------------------------------------
 
+
 def is_complete(path: str | Path, *, hf_trainer: bool = False) -> tuple[bool, str]:
     """Was this checkpoint (folder or file) fully written?  ``(True, "")`` or ``(False, reason)``.
 
@@ -147,6 +148,7 @@ def landed_at(fp: Fingerprint) -> float | None:
 
 # --- one look at the run ---------------------------------------------------------------------------
 
+
 @dataclass
 class Entry:
     """One checkpoint of the run as the watcher saw it."""
@@ -174,6 +176,7 @@ class Scan:
 
 # --- the loop --------------------------------------------------------------------------------------
 
+
 @dataclass
 class WatchOptions:
     poll: float = 10.0
@@ -194,17 +197,33 @@ class Outcome:
 
 
 def now_iso(t: float | None = None) -> str:
-    return datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+    return (
+        datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4]
+        + "Z"
+    )
 
 
 class Watcher:
     """Follows ``run_dir``; ``run()`` returns when told to stop.  ``echo(line)`` prints a line to
     stderr (each starts with ``ckptscan``), ``progress`` whether round lines are printed."""
 
-    def __init__(self, run_dir: Path, out_dir: Path, status_file: Path, opts: WatchOptions,
-                 echo: Callable[[str], None], progress: bool = True,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
-        self.run_dir, self.out_dir, self.status_file, self.opts = Path(run_dir), Path(out_dir), Path(status_file), opts
+    def __init__(
+        self,
+        run_dir: Path,
+        out_dir: Path,
+        status_file: Path,
+        opts: WatchOptions,
+        echo: Callable[[str], None],
+        progress: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.run_dir, self.out_dir, self.status_file, self.opts = (
+            Path(run_dir),
+            Path(out_dir),
+            Path(status_file),
+            opts,
+        )
         self.echo, self.progress, self.clock, self.sleep = echo, progress, clock, sleep
         self.entries: dict[Path, Entry] = {}
         self.started = time.time()
@@ -252,8 +271,12 @@ class Watcher:
             self.last_news = now  # a new write under a temporary name
         ready_steps = [e.step for e in entries if e.ready and e.step is not None]
         for e in entries:  # unfinished, left alone for --stale seconds while later ones were finished
-            e.abandoned = (not e.ready and e.step is not None and now - e.changed_at >= self.opts.stale
-                           and any(s > e.step for s in ready_steps))
+            e.abandoned = (
+                not e.ready
+                and e.step is not None
+                and now - e.changed_at >= self.opts.stale
+                and any(s > e.step for s in ready_steps)
+            )
         blocking = [e.step for e in entries if e.step is not None and not e.ready and not e.abandoned]
         limit = min(blocking, default=None)
         finished = [s for s in ready_steps if limit is None or s < limit]
@@ -266,11 +289,14 @@ class Watcher:
 
         if scan.frontier is None:
             return None
-        key = tuple(sorted((e.step, e.fp) for e in scan.entries if e.step is not None and e.step <= scan.frontier))
+        key = tuple(
+            sorted((e.step, e.fp) for e in scan.entries if e.step is not None and e.step <= scan.frontier)
+        )
         if key == self.analysed_key:
             return None
-        self.result = analyze(self.run_dir, out_dir=self.out_dir, until_step=scan.frontier,
-                              **self.opts.analyze_kwargs)
+        self.result = analyze(
+            self.run_dir, out_dir=self.out_dir, until_step=scan.frontier, **self.opts.analyze_kwargs
+        )
         self.analysed_key = key
         self.rounds += 1
         return self.result
@@ -290,11 +316,19 @@ class Watcher:
                             reason = "alarm"
                             break
                 self.write_status("alarm" if self.alarm else "watching")
-                if self.opts.until is not None and scan.frontier is not None and scan.frontier >= self.opts.until \
-                        and self.analysed_key is not None:
+                if (
+                    self.opts.until is not None
+                    and scan.frontier is not None
+                    and scan.frontier >= self.opts.until
+                    and self.analysed_key is not None
+                ):
                     reason = "until"
-                elif self.opts.idle is not None and result is None and not self.settling(scan) \
-                        and self.clock() - self.last_news >= self.opts.idle:  # (a round's own time is no idle time)
+                elif (
+                    self.opts.idle is not None
+                    and result is None
+                    and not self.settling(scan)
+                    and self.clock() - self.last_news >= self.opts.idle
+                ):  # (a round's own time is no idle time)
                     reason = "idle"
                 else:
                     self.sleep(self.opts.poll)
@@ -319,8 +353,10 @@ class Watcher:
         n = len((result.summary.get("checkpoints") or {}).get("steps") or [])
         waiting = f", {len(scan.pending)} unfinished" if scan.pending else ""
         headline = (result.summary.get("outcome") or {}).get("headline", "")
-        self.echo(f"ckptscan: watch: analysed up to step {scan.frontier} ({n} checkpoints{waiting}): "
-                  f"{printable(headline)}")
+        self.echo(
+            f"ckptscan: watch: analysed up to step {scan.frontier} ({n} checkpoints{waiting}): "
+            f"{printable(headline)}"
+        )
 
     def raise_alarm(self, scan: Scan, result) -> None:
         v = result.verdict
@@ -329,8 +365,10 @@ class Watcher:
         landed = landed_at(entry.fp) if entry is not None else None
         raised = time.time()
         self.alarm = {
-            "fault_type": v.get("fault_type"), "earliest_step": v.get("earliest_step"),
-            "confirmed_step": confirmed, "confidence": v.get("confidence"),
+            "fault_type": v.get("fault_type"),
+            "earliest_step": v.get("earliest_step"),
+            "confirmed_step": confirmed,
+            "confidence": v.get("confidence"),
             "analysed_up_to_step": scan.frontier,
             "divergence_step": (result.summary.get("loss") or {}).get("divergence_step"),
             "raised_at": now_iso(raised),
@@ -338,21 +376,29 @@ class Watcher:
             "seconds_after_landing": None if landed is None else round(raised - landed, 3),
             "hook": None,
         }
-        self.echo(f"ckptscan: ALARM: {v.get('fault_type')} confirmed at step {confirmed} (earliest anomalous "
-                  f"step {v.get('earliest_step')}, confidence {v.get('confidence')}); run {printable(str(self.run_dir))}")
+        self.echo(
+            f"ckptscan: ALARM: {v.get('fault_type')} confirmed at step {confirmed} (earliest anomalous "
+            f"step {v.get('earliest_step')}, confidence {v.get('confidence')}); run {printable(str(self.run_dir))}"
+        )
         self.write_status("alarm")
         if self.opts.on_alarm:
-            self.alarm["hook"] = run_hook(self.opts.on_alarm, self.hook_env(result), self.opts.hook_timeout,
-                                          self.echo)
+            self.alarm["hook"] = run_hook(
+                self.opts.on_alarm, self.hook_env(result), self.opts.hook_timeout, self.echo
+            )
             self.write_status("alarm")
 
     def hook_env(self, result) -> dict[str, str]:
         v = result.verdict
-        values = {"FAULT_TYPE": v.get("fault_type"), "EARLIEST_STEP": v.get("earliest_step"),
-                  "CONFIRMED_STEP": v.get("confirmed_step"), "CONFIDENCE": v.get("confidence"),
-                  "RUN": str(self.run_dir.absolute()), "OUT": str(self.out_dir.absolute()),
-                  "SUMMARY": str(self.out_dir.absolute() / "summary.json"),
-                  "STATUS": str(self.status_file.absolute())}
+        values = {
+            "FAULT_TYPE": v.get("fault_type"),
+            "EARLIEST_STEP": v.get("earliest_step"),
+            "CONFIRMED_STEP": v.get("confirmed_step"),
+            "CONFIDENCE": v.get("confidence"),
+            "RUN": str(self.run_dir.absolute()),
+            "OUT": str(self.out_dir.absolute()),
+            "SUMMARY": str(self.out_dir.absolute() / "summary.json"),
+            "STATUS": str(self.status_file.absolute()),
+        }
         return {f"CKPTSCAN_{k}": "" if val is None else str(val) for k, val in values.items()}
 
     def write_status(self, state: str, stop_reason: str | None = None) -> None:
@@ -360,10 +406,15 @@ class Watcher:
         verdict = None
         if result is not None:
             v = result.verdict
-            verdict = {"state": result.state, "headline": (result.summary.get("outcome") or {}).get("headline"),
-                       **{k: v.get(k) for k in ("anomalous", "fault_type", "earliest_step", "confirmed_step",
-                                                 "confidence")},
-                       "divergence_step": (result.summary.get("loss") or {}).get("divergence_step")}
+            verdict = {
+                "state": result.state,
+                "headline": (result.summary.get("outcome") or {}).get("headline"),
+                **{
+                    k: v.get(k)
+                    for k in ("anomalous", "fault_type", "earliest_step", "confirmed_step", "confidence")
+                },
+                "divergence_step": (result.summary.get("loss") or {}).get("divergence_step"),
+            }
         steps = [e.step for e in (scan.entries if scan else []) if e.step is not None]
         status = {
             "schema": STATUS_SCHEMA,
@@ -376,16 +427,28 @@ class Watcher:
             "updated_at": now_iso(),
             "last_step_seen": max(steps, default=None),
             "last_step_analysed": scan.frontier if scan and self.analysed_key is not None else None,
-            "checkpoints_analysed": (len((result.summary.get("checkpoints") or {}).get("steps") or [])
-                                     if result is not None else 0),
+            "checkpoints_analysed": (
+                len((result.summary.get("checkpoints") or {}).get("steps") or []) if result is not None else 0
+            ),
             "rounds": self.rounds,
-            "pending": [{"path": str(e.path), "step": e.step, "reason": e.reason or "still being written",
-                         "unchanged_s": round(self.clock() - e.changed_at, 1)}
-                        for e in (scan.pending if scan else [])]
-                       + [{"path": p, "step": None, "reason": "temporary name", "unchanged_s": None}
-                          for p in (scan.temporary if scan else [])],
-            "given_up": [{"path": str(e.path), "step": e.step, "reason": e.reason}
-                         for e in (scan.entries if scan else []) if e.abandoned],
+            "pending": [
+                {
+                    "path": str(e.path),
+                    "step": e.step,
+                    "reason": e.reason or "still being written",
+                    "unchanged_s": round(self.clock() - e.changed_at, 1),
+                }
+                for e in (scan.pending if scan else [])
+            ]
+            + [
+                {"path": p, "step": None, "reason": "temporary name", "unchanged_s": None}
+                for p in (scan.temporary if scan else [])
+            ],
+            "given_up": [
+                {"path": str(e.path), "step": e.step, "reason": e.reason}
+                for e in (scan.entries if scan else [])
+                if e.abandoned
+            ],
             "verdict": verdict,
             "alarm": self.alarm,
         }
@@ -395,8 +458,6 @@ class Watcher:
 def _confirmed(result) -> bool:
     v = result.verdict
     return bool(v.get("anomalous")) and v.get("confirmed_step") is not None
-
-
 
 
 def run_hook(command: str, env: dict[str, str], timeout: float, echo: Callable[[str], None]) -> dict:
@@ -413,8 +474,14 @@ def run_hook(command: str, env: dict[str, str], timeout: float, echo: Callable[[
             record["error"] = "empty command"
         else:
             try:
-                p = subprocess.run(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                                   capture_output=True, timeout=timeout, check=False)
+                p = subprocess.run(
+                    argv,
+                    env={**os.environ, **env},
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=timeout,
+                    check=False,
+                )
             except subprocess.TimeoutExpired as e:
                 record["error"] = f"did not finish within {timeout:g}s (killed)"
                 _echo_output(e.stdout, e.stderr, echo)

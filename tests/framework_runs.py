@@ -21,8 +21,15 @@ def llama(seed: int = 0):
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=LAYERS,
-                      num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=32)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=32,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -37,17 +44,26 @@ def hf_trainer_run(root: Path, steps: int = 6, save_steps: int = 2, report_to: s
     from transformers import Trainer, TrainingArguments
 
     data = [{"input_ids": b[0], "labels": b[0]} for b in batches(steps * 4)]
-    args = TrainingArguments(output_dir=str(root), max_steps=steps, save_steps=save_steps, logging_steps=1,
-                             per_device_train_batch_size=4, report_to=report_to, use_cpu=True,
-                             disable_tqdm=True, learning_rate=1e-3)
+    args = TrainingArguments(
+        output_dir=str(root),
+        max_steps=steps,
+        save_steps=save_steps,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        report_to=report_to,
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+    )
     trainer = Trainer(model=llama(), args=args, train_dataset=data)
     trainer.train()
     trainer.save_state()
     return root
 
 
-def accelerate_run(root: Path, steps: int = 8, every: int = 2, optimizer: str = "adamw",
-                   tensorboard: bool = True) -> Path:
+def accelerate_run(
+    root: Path, steps: int = 8, every: int = 2, optimizer: str = "adamw", tensorboard: bool = True
+) -> Path:
     """``save_state()`` with automatic naming (checkpoints/checkpoint_<i>) and, when asked, the
     TensorBoard tracker (<root>/run/events...)."""
     from accelerate import Accelerator
@@ -56,8 +72,11 @@ def accelerate_run(root: Path, steps: int = 8, every: int = 2, optimizer: str = 
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    acc = Accelerator(cpu=True, log_with="tensorboard" if tensorboard else None,
-                      project_config=ProjectConfiguration(project_dir=str(root), automatic_checkpoint_naming=True))
+    acc = Accelerator(
+        cpu=True,
+        log_with="tensorboard" if tensorboard else None,
+        project_config=ProjectConfiguration(project_dir=str(root), automatic_checkpoint_naming=True),
+    )
     if tensorboard:
         acc.init_trackers("run")
     model = llama()
@@ -79,8 +98,14 @@ def accelerate_run(root: Path, steps: int = 8, every: int = 2, optimizer: str = 
     return root
 
 
-def lightning_run(root: Path, steps: int = 6, every: int = 2, csv: bool = True, save_last: bool = False,
-                  hparams: dict | None = None) -> Path:
+def lightning_run(
+    root: Path,
+    steps: int = 6,
+    every: int = 2,
+    csv: bool = True,
+    save_last: bool = False,
+    hparams: dict | None = None,
+) -> Path:
     """``Trainer(default_root_dir=root).fit()``: a new lightning_logs/version_N per call, with
     ``epoch=E-step=N.ckpt`` every ``every`` steps and metrics.csv (CSVLogger) or TensorBoard events."""
     import lightning as L
@@ -106,9 +131,16 @@ def lightning_run(root: Path, steps: int = 6, every: int = 2, csv: bool = True, 
     ckpt = L.pytorch.callbacks.ModelCheckpoint(every_n_train_steps=every, save_top_k=-1, save_last=save_last)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = L.Trainer(default_root_dir=str(root), max_steps=steps, accelerator="cpu", log_every_n_steps=1,
-                            enable_progress_bar=False, enable_model_summary=False, callbacks=[ckpt],
-                            **({"logger": logger} if logger else {}))
+        trainer = L.Trainer(
+            default_root_dir=str(root),
+            max_steps=steps,
+            accelerator="cpu",
+            log_every_n_steps=1,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[ckpt],
+            **({"logger": logger} if logger else {}),
+        )
         trainer.fit(Module(**(hparams or {})))
     return root
 
@@ -131,8 +163,11 @@ def torchtitan_run(root: Path, steps=(10, 20, 30)) -> Path:
         sd = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in sd.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.save({**sd, "train_state": {"step": torch.tensor(step, dtype=torch.int32)}},
-                     checkpoint_id=str(root / "checkpoint" / f"step-{step}"), no_dist=True)
+            dcp.save(
+                {**sd, "train_state": {"step": torch.tensor(step, dtype=torch.int32)}},
+                checkpoint_id=str(root / "checkpoint" / f"step-{step}"),
+                no_dist=True,
+            )
     writer = SummaryWriter(str(root / "tb" / "20260101-0000"))
     for step in range(1, steps[-1] + 1):
         writer.add_scalar("loss_metrics/global_avg_loss", 4.0 - 0.01 * step, step)

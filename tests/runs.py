@@ -29,7 +29,9 @@ def state_dict(g: torch.Generator, moe: bool, c=TINY) -> dict[str, torch.Tensor]
         if moe:
             sd[p + "block_sparse_moe.gate.weight"] = torch.randn(E, d, generator=g) / d**0.5
             for e in range(E):
-                sd[p + f"block_sparse_moe.experts.{e}.w1.weight"] = torch.randn(2 * d, d, generator=g) / d**0.5
+                sd[p + f"block_sparse_moe.experts.{e}.w1.weight"] = (
+                    torch.randn(2 * d, d, generator=g) / d**0.5
+                )
         else:
             sd[p + "mlp.gate_proj.weight"] = torch.randn(2 * d, d, generator=g) / d**0.5
     return sd
@@ -39,8 +41,12 @@ def config(moe: bool, c=TINY) -> dict:
     cfg = {
         "model_type": "mixtral" if moe else "llama",
         "architectures": ["MixtralForCausalLM" if moe else "LlamaForCausalLM"],
-        "hidden_size": c["hidden"], "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"],
-        "head_dim": c["head_dim"], "num_hidden_layers": c["layers"], "rope_theta": 10000.0,
+        "hidden_size": c["hidden"],
+        "num_attention_heads": c["heads"],
+        "num_key_value_heads": c["kv_heads"],
+        "head_dim": c["head_dim"],
+        "num_hidden_layers": c["layers"],
+        "rope_theta": 10000.0,
     }
     if moe:
         cfg.update(num_local_experts=c["experts"], num_experts_per_tok=2)
@@ -55,7 +61,10 @@ def write_checkpoint(folder: Path, sd: dict, fmt: str, dtype=torch.float32) -> N
     elif fmt == "sharded":
         names = sorted(sd)
         half = len(names) // 2
-        shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+        shards = {
+            "model-00001-of-00002.safetensors": names[:half],
+            "model-00002-of-00002.safetensors": names[half:],
+        }
         wm = {}
         for fname, keys in shards.items():
             save_file({k: sd[k] for k in keys}, folder / fname)
@@ -73,8 +82,17 @@ def write_checkpoint(folder: Path, sd: dict, fmt: str, dtype=torch.float32) -> N
         raise ValueError(fmt)
 
 
-def make_run(root: Path, fmt: str = "safetensors", n: int = 4, every: int = 100, moe: bool = False,
-             seed: int = 0, step_size: float = 0.02, name: str = "checkpoint-{step}", dtype=torch.float32) -> Path:
+def make_run(
+    root: Path,
+    fmt: str = "safetensors",
+    n: int = 4,
+    every: int = 100,
+    moe: bool = False,
+    seed: int = 0,
+    step_size: float = 0.02,
+    name: str = "checkpoint-{step}",
+    dtype=torch.float32,
+) -> Path:
     g = torch.Generator().manual_seed(seed)
     sd = state_dict(g, moe)
     root.mkdir(parents=True, exist_ok=True)
@@ -82,5 +100,7 @@ def make_run(root: Path, fmt: str = "safetensors", n: int = 4, every: int = 100,
     for i in range(n):
         step = (i + 1) * every
         write_checkpoint(root / name.format(step=step), sd, fmt, dtype)
-        sd = {k: v + step_size * torch.randn(v.shape, generator=g) / v.shape[-1] ** 0.5 for k, v in sd.items()}
+        sd = {
+            k: v + step_size * torch.randn(v.shape, generator=g) / v.shape[-1] ** 0.5 for k, v in sd.items()
+        }
     return root

@@ -33,7 +33,7 @@ def ref_rope_half(x: torch.Tensor, theta: float, fraction: float = 1.0) -> torch
     xr = x[..., :rot].double()
 
     def rotate_half(v):
-        return torch.cat([-v[..., rot // 2:], v[..., : rot // 2]], dim=-1)
+        return torch.cat([-v[..., rot // 2 :], v[..., : rot // 2]], dim=-1)
 
     return torch.cat([xr * cos + rotate_half(xr) * sin, x[..., rot:].double()], dim=-1)
 
@@ -42,7 +42,9 @@ def ref_rope_interleaved(x: torch.Tensor, theta: float) -> torch.Tensor:
     """Meta LLaMA: consecutive pairs as complex numbers times exp(i * pos * freq)."""
     t, h = x.shape[-2], x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, h, 2).double() / h))
-    freqs = torch.polar(torch.ones(t, h // 2, dtype=torch.float64), torch.outer(torch.arange(t).double(), inv))
+    freqs = torch.polar(
+        torch.ones(t, h // 2, dtype=torch.float64), torch.outer(torch.arange(t).double(), inv)
+    )
     xc = torch.view_as_complex(x.double().reshape(*x.shape[:-1], h // 2, 2).contiguous())
     return torch.view_as_real(xc * freqs).flatten(-2)
 
@@ -104,9 +106,16 @@ def ref_attention(x, wq, wk, kv_index, rope=None, x_prev=None, wq_prev=None, wk_
     return out
 
 
-NAMES = {"max": "act.attn.max_logit", "emean": "act.attn.entropy_mean", "emin": "act.attn.entropy_min",
-         "s1": "act.attn.S.entropy1", "s2": "act.attn.S.entropy2", "d1": "act.attn.dS.entropy1",
-         "d2": "act.attn.dS.entropy2", "tie": "act.attn.tie_ratio"}
+NAMES = {
+    "max": "act.attn.max_logit",
+    "emean": "act.attn.entropy_mean",
+    "emin": "act.attn.entropy_min",
+    "s1": "act.attn.S.entropy1",
+    "s2": "act.attn.S.entropy2",
+    "d1": "act.attn.dS.entropy1",
+    "d2": "act.attn.dS.entropy2",
+    "tie": "act.attn.tie_ratio",
+}
 
 
 def _inputs(seed, b=2, t=12, d=24, n_heads=4, n_kv=2, h=4):
@@ -132,8 +141,15 @@ def _compare(got, ref, skip=()):
 # attention
 
 
-@pytest.mark.parametrize("rope", [None, {"theta": 100.0, "style": "half"}, {"theta": 50.0, "style": "interleaved"},
-                                  {"theta": 100.0, "style": "half", "fraction": 0.5}])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        None,
+        {"theta": 100.0, "style": "half"},
+        {"theta": 50.0, "style": "interleaved"},
+        {"theta": 100.0, "style": "half", "fraction": 0.5},
+    ],
+)
 def test_attention_monitors_match_direct_computation(rope):
     x, wq, wk, kv, xp, wqp, wkp = _inputs(0)
     got = attention_activation_monitors(x, wq, wk, kv, rope=rope, x_prev=xp, wq_prev=wqp, wk_prev=wkp)
@@ -177,7 +193,9 @@ def test_constant_tokens_give_uniform_attention_and_full_ties():
     torch.testing.assert_close(got["act.attn.entropy_mean"], torch.ones(4, dtype=torch.float64))
     torch.testing.assert_close(got["act.attn.entropy_min"], torch.ones(4, dtype=torch.float64))
     # a rank-one score matrix: spectral entropy 0
-    torch.testing.assert_close(got["act.attn.S.entropy2"], torch.zeros(4, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        got["act.attn.S.entropy2"], torch.zeros(4, dtype=torch.float64), atol=1e-6, rtol=0
+    )
 
 
 def test_without_rope_max_logit_is_plain_bilinear_form():
@@ -207,8 +225,12 @@ def test_rope_half_matches_hf_rotate_half_and_drill_model():
 
 def test_rope_interleaved_and_partial_match_references():
     x = torch.randn(2, 9, 8)
-    torch.testing.assert_close(apply_rope(x, RopeSpec(theta=77.0, style="interleaved")).double(),
-                               ref_rope_interleaved(x, 77.0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        apply_rope(x, RopeSpec(theta=77.0, style="interleaved")).double(),
+        ref_rope_interleaved(x, 77.0),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     got = apply_rope(x, RopeSpec(theta=77.0, fraction=0.5))
     torch.testing.assert_close(got.double(), ref_rope_half(x, 77.0, 0.5), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[..., 4:], x[..., 4:])  # the non-rotary dims are untouched
@@ -220,7 +242,10 @@ def test_rope_scores_depend_on_relative_position_only(style):
     q, k = torch.randn(8).double(), torch.randn(8).double()
     seq_q = q.expand(12, 8).contiguous()
     seq_k = k.expand(12, 8).contiguous()
-    rq, rk = apply_rope(seq_q, RopeSpec(theta=30.0, style=style)), apply_rope(seq_k, RopeSpec(theta=30.0, style=style))
+    rq, rk = (
+        apply_rope(seq_q, RopeSpec(theta=30.0, style=style)),
+        apply_rope(seq_k, RopeSpec(theta=30.0, style=style)),
+    )
     s = rq @ rk.T
     for shift in range(1, 5):
         torch.testing.assert_close(s[shift, 0], s[shift + 3, 3])

@@ -21,8 +21,17 @@ from ckptscan.drills import run_drill
 from ckptscan.drills.naming import config_json, hf_name
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "drills"
-TINY = {"d_model": 32, "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "ffn": 16, "batch_size": 4, "seq_len": 32,
-        "warmup": 10, "replay": False}
+TINY = {
+    "d_model": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 8,
+    "ffn": 16,
+    "batch_size": 4,
+    "seq_len": 32,
+    "warmup": 10,
+    "replay": False,
+}
 
 
 def assert_same_timeline(offline, live, rtol=1e-6):
@@ -44,8 +53,13 @@ def drill_monitor(root: Path, naming: str, **kw):
 
     def callback(step, model, rec):
         if "m" not in holder:
-            holder["m"] = Monitor(model, root, rename=partial(hf_name, naming=naming),
-                                  config=config_json(model.cfg, naming, "float32"), **kw)
+            holder["m"] = Monitor(
+                model,
+                root,
+                rename=partial(hf_name, naming=naming),
+                config=config_json(model.cfg, naming, "float32"),
+                **kw,
+            )
         holder["m"].step(step, loss=rec["loss"], grad_norm=rec["grad_norm"])
 
     return holder, callback
@@ -74,10 +88,19 @@ def test_monitor_equals_offline_analysis_on_a_drill(tmp_path):
 
 def test_interval_counts_optimizer_steps_and_skips_repeats(tmp_path):
     torch.manual_seed(0)
-    model = _module_from({"model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
-                          "model.layers.0.self_attn.k_proj.weight": torch.randn(8, 8)})
-    mon = Monitor(model, tmp_path / "s", every=3, config={"num_attention_heads": 2, "num_key_value_heads": 2},
-                  detect=False)
+    model = _module_from(
+        {
+            "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
+            "model.layers.0.self_attn.k_proj.weight": torch.randn(8, 8),
+        }
+    )
+    mon = Monitor(
+        model,
+        tmp_path / "s",
+        every=3,
+        config={"num_attention_heads": 2, "num_key_value_heads": 2},
+        detect=False,
+    )
     got = [s for s in range(1, 10) if mon.step(s) is not None]
     assert got == [3, 6, 9]
     assert mon.step(9) is None  # gradient accumulation: the same optimizer step again
@@ -138,8 +161,15 @@ def test_on_alarm_fires_on_a_fault_drill_as_offline_alarms(tmp_path):
     model = _module_from(first)
     params = dict(model.named_parameters())
     alarms = []
-    mon = Monitor(model, tmp_path / "live", every=100, detect_every=1, on_alarm=alarms.append,
-                  config=json.loads((run / "config.json").read_text()), log_file=run / "metrics.jsonl")
+    mon = Monitor(
+        model,
+        tmp_path / "live",
+        every=100,
+        detect_every=1,
+        on_alarm=alarms.append,
+        config=json.loads((run / "config.json").read_text()),
+        log_file=run / "metrics.jsonl",
+    )
     mon.step(first_step)
     for step, tensors in weights:
         with torch.no_grad():
@@ -161,8 +191,15 @@ def _llama(seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -179,9 +216,17 @@ def test_hf_trainer_callback_store_analyses_like_checkpoints(tmp_path):
 
     torch.set_num_threads(1)
     cb = HFCallback(tmp_path / "live", every=5)
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=20, save_steps=5, logging_steps=1,
-                             per_device_train_batch_size=4, report_to="none", use_cpu=True, disable_tqdm=True,
-                             learning_rate=1e-3)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=20,
+        save_steps=5,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         Trainer(model=_llama(), args=args, train_dataset=_token_data(80), callbacks=[cb]).train()
@@ -215,10 +260,24 @@ def test_hf_callback_stops_and_saves_on_alarm(tmp_path, monkeypatch):
 
     monkeypatch.setattr(monitor_mod.Monitor, "run_detection", anomalous)
     seen = []
-    cb = HFCallback(tmp_path / "live", every=2, detect_every=1, stop_on_alarm=True, save_on_alarm=True,
-                    on_alarm=seen.append)
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=20, save_strategy="no", logging_steps=1,
-                             per_device_train_batch_size=4, report_to="none", use_cpu=True, disable_tqdm=True)
+    cb = HFCallback(
+        tmp_path / "live",
+        every=2,
+        detect_every=1,
+        stop_on_alarm=True,
+        save_on_alarm=True,
+        on_alarm=seen.append,
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=20,
+        save_strategy="no",
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         state = Trainer(model=_llama(), args=args, train_dataset=_token_data(80), callbacks=[cb]).train()
@@ -244,14 +303,23 @@ def test_lightning_callback(tmp_path):
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
         def train_dataloader(self):
-            return torch.utils.data.DataLoader(torch.stack([d["input_ids"] for d in _token_data(40)]), batch_size=4)
+            return torch.utils.data.DataLoader(
+                torch.stack([d["input_ids"] for d in _token_data(40)]), batch_size=4
+            )
 
     cb = LightningCallback(tmp_path / "live", every=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        L.Trainer(default_root_dir=str(tmp_path / "run"), max_steps=9, accelerator="cpu", logger=False,
-                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                  callbacks=[cb]).fit(Module())
+        L.Trainer(
+            default_root_dir=str(tmp_path / "run"),
+            max_steps=9,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[cb],
+        ).fit(Module())
     live = load_result(tmp_path / "live")
     assert list(live.timeline.steps) == [3, 6, 9]
     assert live.summary["layout"]["family"] == "llama" and live.summary["log"]["points"] == 9
@@ -260,8 +328,12 @@ def test_lightning_callback(tmp_path):
 def test_store_refuses_an_analysis_folder(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "run.json").write_text(json.dumps({"run": "/some/run", "selection": {}}))
-    model = _module_from({"model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
-                          "model.layers.0.self_attn.k_proj.weight": torch.randn(8, 8)})
+    model = _module_from(
+        {
+            "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8),
+            "model.layers.0.self_attn.k_proj.weight": torch.randn(8, 8),
+        }
+    )
     from ckptscan.errors import UsageError
 
     with pytest.raises(UsageError, match="needs a folder of its own"):

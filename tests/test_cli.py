@@ -44,7 +44,9 @@ def test_help_and_version_do_not_import_torch():
 
 def test_python_dash_m_ckptscan_is_the_cli():
     def dash_m(*args):
-        return subprocess.run([sys.executable, "-m", "ckptscan", *args], capture_output=True, text=True, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "ckptscan", *args], capture_output=True, text=True, check=False
+        )
 
     res = dash_m("--help")
     assert res.returncode == 0 and res.stdout.startswith("Usage: ckptscan "), res.stderr

@@ -246,8 +246,14 @@ CONTRACT = [
     ),
     Row("report OUT", "OUT does not exist", lambda e: ["report", e["tmp"] / "missing"], (2, 2, 2), "", ERROR),
     Row("report OUT", "OUT holds no summary.json", lambda e: ["report", e["empty"]], (2, 2, 2), "", ERROR),
-    Row("report OUT", "OUT holds no timeline.h5 (the file is named)", lambda e: ["report", e["no_timeline"]],
-        (3, 3, 3), "", ERROR),
+    Row(
+        "report OUT",
+        "OUT holds no timeline.h5 (the file is named)",
+        lambda e: ["report", e["no_timeline"]],
+        (3, 3, 3),
+        "",
+        ERROR,
+    ),
     Row(
         "inspect CHECKPOINT --json",
         "a readable checkpoint",
@@ -345,7 +351,7 @@ def env(tmp_path_factory):
 def _runs(row: Row):
     if isinstance(row.codes, int):
         return [([], row.codes)]
-    return [(["--fail-on", f], code) for f, code in zip(FAIL_ON, row.codes)]
+    return [(["--fail-on", f], code) for f, code in zip(FAIL_ON, row.codes, strict=False)]
 
 
 @pytest.mark.parametrize("row", CONTRACT, ids=lambda r: f"{r.command}: {r.situation}")
@@ -448,5 +454,7 @@ if __name__ == "__main__":
 def test_report_without_a_timeline_names_the_missing_file(env):
     res = CliRunner().invoke(main, ["report", str(env["no_timeline"])])
     assert res.exit_code == 3 and res.stdout == ""
-    assert res.stderr == f"ckptscan: error: {env['no_timeline'] / 'timeline.h5'}: missing: the analysis that " \
-                         "wrote summary.json stored no timeline here (re-run ckptscan analyze)\n"
+    assert (
+        res.stderr == f"ckptscan: error: {env['no_timeline'] / 'timeline.h5'}: missing: the analysis that "
+        "wrote summary.json stored no timeline here (re-run ckptscan analyze)\n"
+    )

@@ -25,10 +25,15 @@ def test_frozen():
         AnalysisConfig().device = "cpu"
 
 
-@pytest.mark.parametrize("kw, words", [({"every": 0}, "--every 0: must be >= 1"),
-                                       ({"heads": -1}, "--heads -1: must be >= 1"),
-                                       ({"kv_heads": 1.5}, "--kv-heads 1.5: must be a whole number"),
-                                       ({"device": "tpu"}, "--device tpu")])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"every": 0}, "--every 0: must be >= 1"),
+        ({"heads": -1}, "--heads -1: must be >= 1"),
+        ({"kv_heads": 1.5}, "--kv-heads 1.5: must be a whole number"),
+        ({"device": "tpu"}, "--device tpu"),
+    ],
+)
 def test_invalid_values_are_usage_errors(kw, words):
     with pytest.raises(UsageError, match=words):
         AnalysisConfig(**kw)

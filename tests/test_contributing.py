@@ -22,8 +22,12 @@ def _recipes() -> dict[str, tuple[int, list[str]]]:
 
 def test_every_recipe_count_is_its_list_and_every_file_exists():
     recipes = _recipes()
-    assert set(recipes) == {"Add a monitor family", "Add a checkpoint format", "Add a fault class",
-                            "Add a report format"}
+    assert set(recipes) == {
+        "Add a monitor family",
+        "Add a checkpoint format",
+        "Add a fault class",
+        "Add a report format",
+    }
     for title, (count, files) in recipes.items():
         assert len(files) == count, (title, files)
         for f in files:

@@ -113,8 +113,11 @@ def keep_threads():
 
 @pytest.mark.slow
 def test_one_tiny_run_per_stack(tmp_path, keep_threads):
-    trees = {"hf": "checkpoint-{}/model.safetensors", "plain": "step_{}/model.safetensors",
-             "lightning": "lightning_logs/version_0/checkpoints/epoch=0-step={}.ckpt"}
+    trees = {
+        "hf": "checkpoint-{}/model.safetensors",
+        "plain": "step_{}/model.safetensors",
+        "lightning": "lightning_logs/version_0/checkpoints/epoch=0-step={}.ckpt",
+    }
     for spec in recipes.smoke_specs():
         run = tmp_path / spec.name
         truth = train_one(str(run), spec)

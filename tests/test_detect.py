@@ -25,8 +25,12 @@ def healthy(seed=0, n=N):
     ratio = ratio + 0 * t
     ratio[1] *= 3.0  # warm-up: huge first update
     d3 = 0.3 * np.exp(-0.2 * t) * np.exp(0.05 * rng.standard_normal((n, L, H)))
-    series = {"attn.D2.entropy2": ent, "attn.q.update_ratio": ratio, "attn.k.update_ratio": ratio.copy(),
-              "attn.D3_over_D2": d3}
+    series = {
+        "attn.D2.entropy2": ent,
+        "attn.q.update_ratio": ratio,
+        "attn.k.update_ratio": ratio.copy(),
+        "attn.D3_over_D2": d3,
+    }
     for v in series.values():
         v[0] = np.nan  # pair monitors: undefined at the first checkpoint
     return series
@@ -93,21 +97,40 @@ def test_growing_step_size_is_high_lr():
 
 
 def _alarm(role, idx, layer=0, head=None, block=None):
-    block = block or {"step_size": "attn.q.update_ratio", "structure": "attn.D2.entropy2",
-                      "second_order": "attn.D3_over_D2", "logits": "attn.M.spectral_norm"}[role]
-    return detect.Alarm(block, block, layer, head, int(STEPS[idx]), idx, 5.0, role, "up", trigger_step=int(STEPS[idx]))
+    block = (
+        block
+        or {
+            "step_size": "attn.q.update_ratio",
+            "structure": "attn.D2.entropy2",
+            "second_order": "attn.D3_over_D2",
+            "logits": "attn.M.spectral_norm",
+        }[role]
+    )
+    return detect.Alarm(
+        block, block, layer, head, int(STEPS[idx]), idx, 5.0, role, "up", trigger_step=int(STEPS[idx])
+    )
 
 
 def test_classification_rules_and_overflow():
     a = _alarm
     # the step size grows in q and k (two series) with the collapse: combined
-    v = classify.classify([a("structure", 5, 1, 2), a("step_size", 6, 0), a("step_size", 6, 0, block="attn.k.update_ratio")],
-                          [], L, STEPS)
+    v = classify.classify(
+        [a("structure", 5, 1, 2), a("step_size", 6, 0), a("step_size", 6, 0, block="attn.k.update_ratio")],
+        [],
+        L,
+        STEPS,
+    )
     assert v["fault_type"] == "combined" and v["earliest_step"] == STEPS[5]
     # an entropy collapse long after the step size grew is its consequence
-    assert classify.classify([a("step_size", 5), a("structure", 12, 0, 1)], [], L, STEPS)["fault_type"] == "high_lr"
+    assert (
+        classify.classify([a("step_size", 5), a("structure", 12, 0, 1)], [], L, STEPS)["fault_type"]
+        == "high_lr"
+    )
     # the step size grew first, and a collapse came within the decision window: both faults
-    assert classify.classify([a("step_size", 5), a("structure", 7, 0, 1)], [], L, STEPS)["fault_type"] == "combined"
+    assert (
+        classify.classify([a("step_size", 5), a("structure", 7, 0, 1)], [], L, STEPS)["fault_type"]
+        == "combined"
+    )
     # only attention logits grew: the classic sign of a too-large step
     v = classify.classify([a("logits", 5)], [], L, STEPS)
     assert v["fault_type"] == "high_lr" and v["anomalous"]
@@ -128,8 +151,12 @@ def test_a_collapsing_layers_own_update_jump_is_not_a_step_size():
     lowprec_attention; two series within the window are a step size (combined)."""
     a = _alarm
     base = [a("structure", 5, 1, 0), a("structure", 5, 1, 2)]
-    for extra in ([a("step_size", 5, 0)], [a("logits", 6, 0)], [a("step_size", 6, 0, block="router.update_ratio")],
-                  [a("logits", 9, 0), a("step_size", 12, 0)]):
+    for extra in (
+        [a("step_size", 5, 0)],
+        [a("logits", 6, 0)],
+        [a("step_size", 6, 0, block="router.update_ratio")],
+        [a("logits", 9, 0), a("step_size", 12, 0)],
+    ):
         assert classify.classify(base + extra, [], L, STEPS)["fault_type"] == "lowprec_attention", extra
     two = [a("step_size", 6, 0), a("step_size", 6, 0, block="router.update_ratio")]
     assert classify.classify(base + two, [], L, STEPS)["fault_type"] == "combined"
@@ -181,8 +208,12 @@ def test_first_sustained():
 def test_judge_output_is_strict_json(tmp_path):
     s = healthy(8)
     s["attn.D2.entropy2"][8:, 1, 2] = 0.05
-    (tmp_path / "metrics.jsonl").write_text("\n".join(
-        json.dumps({"step": int(st), "loss": (3.0 if st < 1500 else None), "grad_norm": 1.0}) for st in range(1, 2001)))
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(
+            json.dumps({"step": int(st), "loss": (3.0 if st < 1500 else None), "grad_norm": 1.0})
+            for st in range(1, 2001)
+        )
+    )
     out = judge(tmp_path, tl(s), [])
     json.dumps(out, allow_nan=False)
     assert out["verdict"]["earliest_step"] == STEPS[8]
@@ -325,7 +356,9 @@ def test_growth_of_one_module_against_its_trend_needs_the_others():
     steps = np.arange(1, n + 1) * 100
     for seed in range(10):
         s = _update_ratio_run(seed, n, dlog)
-        router = _update_ratio_run(seed + 100, n, np.where(np.arange(n) >= 8, 0.2, -0.2))["attn.q.update_ratio"]
+        router = _update_ratio_run(seed + 100, n, np.where(np.arange(n) >= 8, 0.2, -0.2))[
+            "attn.q.update_ratio"
+        ]
         s["router.update_ratio"] = router[:, :, :1].copy()
         s["router.update_ratio"][:, 1] = s["attn.q.update_ratio"][:, 1, :1]  # layer 1's router shrinks too
         assert detect.detect(Timeline.from_arrays(steps, s)) == [], seed
@@ -333,7 +366,11 @@ def test_growth_of_one_module_against_its_trend_needs_the_others():
         s2 = _update_ratio_run(seed, n, grow)
         s2["router.update_ratio"] = router[:, :, :1].copy()
         al = detect.detect(Timeline.from_arrays(steps, s2))
-        assert {a.block for a in al} == {"attn.q.update_ratio", "attn.k.update_ratio", "router.update_ratio"}, seed
+        assert {a.block for a in al} == {
+            "attn.q.update_ratio",
+            "attn.k.update_ratio",
+            "router.update_ratio",
+        }, seed
         assert min(a.first_step for a in al) == steps[8], seed
 
 
@@ -377,13 +414,19 @@ def _fine_run(seed, n=150, spacing=10, warmup=100, noise=0.03):
     rng = np.random.default_rng(seed)
     steps = np.arange(1, n + 1) * spacing
     lr = np.minimum(1.0, steps / warmup)
-    ratio = (0.3 * lr * (steps / steps[-1]) ** -0.3)[:, None, None] * np.exp(noise * rng.standard_normal((n, L, H)))
+    ratio = (0.3 * lr * (steps / steps[-1]) ** -0.3)[:, None, None] * np.exp(
+        noise * rng.standard_normal((n, L, H))
+    )
     ent = 0.65 + noise * rng.standard_normal((n, L, H))
     dip = (steps > 0.5 * warmup) & (steps < 1.5 * warmup)
     ent[dip, 0, :] = 0.3
     m = (1.0 - np.exp(-steps / warmup))[:, None, None] * np.ones((n, L, H))
-    s = {"attn.D2.entropy2": ent, "attn.q.update_ratio": ratio, "attn.k.update_ratio": ratio.copy(),
-         "attn.M.spectral_norm": m}
+    s = {
+        "attn.D2.entropy2": ent,
+        "attn.q.update_ratio": ratio,
+        "attn.k.update_ratio": ratio.copy(),
+        "attn.M.spectral_norm": m,
+    }
     for name in ("attn.D2.entropy2", "attn.q.update_ratio", "attn.k.update_ratio"):
         s[name][0] = np.nan
     return steps, s
@@ -414,9 +457,9 @@ def test_a_layer_that_wakes_up_late_goes_through_its_own_early_phase():
         wake = 80  # layer 1 sleeps until checkpoint 80, then learns
         s["attn.M.spectral_norm"][:wake, 1] = 0.01
         s["attn.q.update_ratio"][:wake, 1] *= 0.05
-        s["attn.q.update_ratio"][wake:wake + 25, 1] *= 8.0  # its first learning: a big, low-rank move
+        s["attn.q.update_ratio"][wake : wake + 25, 1] *= 8.0  # its first learning: a big, low-rank move
         s["attn.k.update_ratio"][:, 1] = s["attn.q.update_ratio"][:, 1]
-        s["attn.D2.entropy2"][wake:wake + 25, 1] = 0.1
+        s["attn.D2.entropy2"][wake : wake + 25, 1] = 0.1
         t = Timeline.from_arrays(steps, s)
         assert detect.detect(t) == [], seed
         asleep, _ = detect.dormant(t)
@@ -487,10 +530,16 @@ def test_layer_scores_are_the_detector_scores_or_none():
     assert detect.layer_scores(t, "router.update_ratio") is None  # not in this timeline
     sc = detect.layer_scores(t, "attn.D2.entropy2")
     start = int(detect.layer_starts(t)[1])
-    assert sc.shape == (N, L) and np.isnan(sc[:start + 2]).all()  # before the run settled, then warm-up skipped
+    assert (
+        sc.shape == (N, L) and np.isnan(sc[: start + 2]).all()
+    )  # before the run settled, then warm-up skipped
     det = detect.detector_for(t, "attn.D2.entropy2")
-    z = [detect.score_self(np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down", start=start).z
-         for h in range(H)]
+    z = [
+        detect.score_self(
+            np.asarray(t.get("attn.D2.entropy2")[:, 1, h], np.float64), det, "down", start=start
+        ).z
+        for h in range(H)
+    ]
     np.testing.assert_allclose(sc[:, 1], np.fmax.reduce(z), equal_nan=True)
 
 

@@ -12,11 +12,23 @@ from tests.runs import make_run
 @pytest.mark.parametrize(
     "name,step",
     [
-        ("checkpoint-500", 500), ("step-500", 500), ("step500", 500), ("step_500", 500),
-        ("iter_0000500", 500), ("global_step500", 500), ("epoch=0-step=500.ckpt", 500),
-        ("step=500.ckpt", 500), ("500", 500), ("000500", 500), ("checkpoint_7", 7),
-        ("step500-tmp", None), ("checkpoint-500.partial", None), ("runs", None), ("config.json", None),
-        ("latest", None), ("step-", None),
+        ("checkpoint-500", 500),
+        ("step-500", 500),
+        ("step500", 500),
+        ("step_500", 500),
+        ("iter_0000500", 500),
+        ("global_step500", 500),
+        ("epoch=0-step=500.ckpt", 500),
+        ("step=500.ckpt", 500),
+        ("500", 500),
+        ("000500", 500),
+        ("checkpoint_7", 7),
+        ("step500-tmp", None),
+        ("checkpoint-500.partial", None),
+        ("runs", None),
+        ("config.json", None),
+        ("latest", None),
+        ("step-", None),
     ],
 )
 def test_parse_step(name, step):

@@ -19,11 +19,24 @@ from ckptscan.drills.model import LowPrecAttention, LowPrecFault, truncate_manti
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drills"
 # A very small drill: ~100 optimizer steps of a 2-layer, d=32 model.
-SMALL = {"steps": 90, "save_every": 30, "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "ffn": 16,
-             "batch_size": 4, "seq_len": 32, "replay_seq": 32, "warmup": 10, "onset": 30}
+SMALL = {
+    "steps": 90,
+    "save_every": 30,
+    "d_model": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 8,
+    "ffn": 16,
+    "batch_size": 4,
+    "seq_len": 32,
+    "replay_seq": 32,
+    "warmup": 10,
+    "onset": 30,
+}
 
 
 # --- the fault's maths, against slow references ---------------------------------------------------
+
 
 def _trunc_ref(x: float, bits: int) -> float:
     """Round toward zero to ``bits`` explicit mantissa bits, via frexp (obviously correct, slow)."""
@@ -54,14 +67,16 @@ def test_attention_backward_exact_without_fault_and_biased_in_dq_dk_only_with_it
     g = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(2, 3, 12, 8, generator=g) for _ in range(4))
     grads = {}
-    for name, fn in [("ref", lambda a, b, c: _ref_attention(a, b, c)),
-                     ("off", lambda a, b, c: LowPrecAttention.apply(a, b, c, LowPrecFault(active=False))),
-                     ("on", lambda a, b, c: LowPrecAttention.apply(a, b, c, LowPrecFault(7, 300.0, True)))]:
+    for name, fn in [
+        ("ref", lambda a, b, c: _ref_attention(a, b, c)),
+        ("off", lambda a, b, c: LowPrecAttention.apply(a, b, c, LowPrecFault(active=False))),
+        ("on", lambda a, b, c: LowPrecAttention.apply(a, b, c, LowPrecFault(7, 300.0, True))),
+    ]:
         qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
         out = fn(qq, kk, vv)
         out.backward(do)
         grads[name] = (out.detach(), qq.grad, kk.grad, vv.grad)
-    for a, b in zip(grads["ref"], grads["off"]):
+    for a, b in zip(grads["ref"], grads["off"], strict=False):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grads["on"][0], grads["ref"][0])  # forward untouched
     torch.testing.assert_close(grads["on"][3], grads["ref"][3])  # dV untouched
@@ -81,6 +96,7 @@ def test_divergence_rule_against_hand_cases():
 
 
 # --- a small drill on disk -------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
@@ -106,7 +122,12 @@ def test_small_drill_files_and_formats(small_runs):
     assert truth["fault"] == "none" and truth["divergence_step"] is None and truth["seed"] == 3
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["model_type"] == "mixtral" and cfg["architectures"] == ["MixtralForCausalLM"]
-    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (32, 4, 2, 8)
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (
+        32,
+        4,
+        2,
+        8,
+    )
     assert (cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["vocab_size"]) == (4, 2, 256)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 91))
@@ -117,15 +138,27 @@ def test_small_drill_files_and_formats(small_runs):
     ck = run / "checkpoint-60"
     assert json.loads((ck / "config.json").read_text()) == cfg
     w = _load_sharded(ck)
-    assert (ck / "model-00001-of-00002.safetensors").exists() and (ck / "model-00002-of-00002.safetensors").exists()
+    assert (ck / "model-00001-of-00002.safetensors").exists() and (
+        ck / "model-00002-of-00002.safetensors"
+    ).exists()
     expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
     for i in range(2):
         p = f"model.layers.{i}."
-        expected |= {p + n for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
-                                     "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                     "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                                     "block_sparse_moe.gate.weight")}
-        expected |= {f"{p}block_sparse_moe.experts.{e}.{m}.weight" for e in range(4) for m in ("w1", "w2", "w3")}
+        expected |= {
+            p + n
+            for n in (
+                "input_layernorm.weight",
+                "post_attention_layernorm.weight",
+                "self_attn.q_proj.weight",
+                "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight",
+                "block_sparse_moe.gate.weight",
+            )
+        }
+        expected |= {
+            f"{p}block_sparse_moe.experts.{e}.{m}.weight" for e in range(4) for m in ("w1", "w2", "w3")
+        }
     assert set(w) == expected
     assert all(t.dtype == torch.bfloat16 for t in w.values())
     assert w["model.layers.0.self_attn.k_proj.weight"].shape == (16, 32)
@@ -148,10 +181,18 @@ def test_replay_contract_and_matches_weights(small_runs):
             assert f[f"layers/{i}/attn_in"].dtype == np.float32
         # layer 0's attn_in is RMSNorm(embedding) -- recompute it from the saved (bf16) weights
         x = w["model.embed_tokens.weight"][torch.from_numpy(ids).long()]
-        ref = w["model.layers.0.input_layernorm.weight"] * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        ref = (
+            w["model.layers.0.input_layernorm.weight"]
+            * x
+            * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        )
         torch.testing.assert_close(torch.from_numpy(f["layers/0/attn_in"][()]), ref, rtol=2e-2, atol=2e-2)
-        logits = torch.from_numpy(f["layers/1/router_in"][()]) @ w["model.layers.1.block_sparse_moe.gate.weight"].T
-        torch.testing.assert_close(torch.from_numpy(f["layers/1/router_logits"][()]), logits, rtol=3e-2, atol=3e-2)
+        logits = (
+            torch.from_numpy(f["layers/1/router_in"][()]) @ w["model.layers.1.block_sparse_moe.gate.weight"].T
+        )
+        torch.testing.assert_close(
+            torch.from_numpy(f["layers/1/router_logits"][()]), logits, rtol=3e-2, atol=3e-2
+        )
     assert not list(ck.glob(".*tmp*"))  # atomic writes left nothing behind
 
 
@@ -166,10 +207,32 @@ def test_same_seed_same_weights(small_runs):
 
 
 def test_llama_naming_torch_format_and_folder_style(tmp_path):
-    res = CliRunner().invoke(drill, [str(tmp_path / "r"), "--naming", "llama", "--format", "torch",
-                                     "--folder-style", "iter", "--steps", "20", "--save-every", "10",
-                                     "--d-model", "32", "--head-dim", "8", "--batch-size", "2", "--seq-len",
-                                     "16", "--no-replay", "--quiet"])
+    res = CliRunner().invoke(
+        drill,
+        [
+            str(tmp_path / "r"),
+            "--naming",
+            "llama",
+            "--format",
+            "torch",
+            "--folder-style",
+            "iter",
+            "--steps",
+            "20",
+            "--save-every",
+            "10",
+            "--d-model",
+            "32",
+            "--head-dim",
+            "8",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--no-replay",
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     ck = tmp_path / "r" / "iter_0000020"
     sd = torch.load(ck / "pytorch_model.bin", weights_only=True)
@@ -209,10 +272,13 @@ def test_fault_diverges_after_onset_and_healthy_does_not(tmp_path):
 
 # --- the committed fixtures ------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not FIXTURES.exists(), reason="fixtures/drills not generated")
 def test_committed_fixture_truths():
     truths = {p.parent.name: json.loads(p.read_text()) for p in FIXTURES.glob("*/truth.json")}
-    assert {"healthy-dense", "healthy-moe", "lowprec-moe", "highlr-moe", "combined-moe", "benign-moe"} <= set(truths)
+    assert {"healthy-dense", "healthy-moe", "lowprec-moe", "highlr-moe", "combined-moe", "benign-moe"} <= set(
+        truths
+    )
     for name, t in truths.items():
         if t["fault"] == "none":
             assert t["divergence_step"] is None, name

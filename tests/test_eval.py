@@ -18,9 +18,16 @@ def summary(anomalous, earliest, fault, log_alarm=None, log_steps=None):
     loss = {"log_only_alarm_step": log_alarm}
     if log_steps is not None:
         loss = {"log_only_alarm_step": log_steps[0] if log_steps else None, "log_only_alarm_steps": log_steps}
-    return {"verdict": {"anomalous": anomalous, "earliest_step": earliest, "fault_type": fault, "confidence": 0.5,
-                        "confirmed_step": None if earliest is None else earliest + 200},
-            "loss": loss}
+    return {
+        "verdict": {
+            "anomalous": anomalous,
+            "earliest_step": earliest,
+            "fault_type": fault,
+            "confidence": 0.5,
+            "confirmed_step": None if earliest is None else earliest + 200,
+        },
+        "loss": loss,
+    }
 
 
 def test_truth_mapping():
@@ -76,9 +83,22 @@ def test_specific_log_alarm_discounts_healthy_twin_blips():
 
 
 def test_recipe_key_is_the_batch_order_not_the_schedule():
-    base = {"seed": 0, "steps_planned": 1500, "data": {"fingerprint": "x"}, "fault": "none",
-            "params": {"naming": "mixtral", "seq_len": 64, "batch_size": 8, "lr": 3e-3, "warmup": 100,
-                       "save_every": 100, "replay": True, "dtype": "bfloat16"}}
+    base = {
+        "seed": 0,
+        "steps_planned": 1500,
+        "data": {"fingerprint": "x"},
+        "fault": "none",
+        "params": {
+            "naming": "mixtral",
+            "seq_len": 64,
+            "batch_size": 8,
+            "lr": 3e-3,
+            "warmup": 100,
+            "save_every": 100,
+            "replay": True,
+            "dtype": "bfloat16",
+        },
+    }
     other = json.loads(json.dumps(base))
     other["params"].update(save_every=125, replay=False, dtype="float32", warmup=800)
     other.update(fault="combined", onset_step=500)
@@ -94,15 +114,19 @@ def test_recipe_key_is_the_batch_order_not_the_schedule():
 def test_score_healthy():
     t = {"fault": "none", "onset_step": 400, "divergence_step": None, "benign": "data-switch"}
     r = evaluate.score_run(t, summary(False, None, "healthy", log_alarm=600))
-    assert r["false_alarm"] is False and r["class_right"] and r["log_only_cried_wolf"] and r["detected"] is None
+    assert (
+        r["false_alarm"] is False and r["class_right"] and r["log_only_cried_wolf"] and r["detected"] is None
+    )
     r = evaluate.score_run(t, summary(True, 800, "high_lr"))
     assert r["false_alarm"]
 
 
 def test_table_and_totals():
     t = {"fault": "high-lr", "onset_step": 400, "divergence_step": 1000}
-    rows = [dict(evaluate.score_run(t, summary(True, 500, "high_lr")), run="a"),
-            dict(evaluate.score_run({"fault": "none"}, summary(False, None, "healthy")), run="b")]
+    rows = [
+        dict(evaluate.score_run(t, summary(True, 500, "high_lr")), run="a"),
+        dict(evaluate.score_run({"fault": "none"}, summary(False, None, "healthy")), run="b"),
+    ]
     txt = evaluate.format_table(rows)
     assert txt.splitlines()[2].startswith("a ") and "detected 1/1" in txt and "false alarms 0/2" in txt
 
@@ -112,7 +136,9 @@ def test_eval_cmd_empty_dir(tmp_path):
     assert res.exit_code == 2 and res.stderr.startswith("ckptscan: error: ") and "truth.json" in res.stderr
 
 
-FIXTURE_RUNS = sorted(p for p in FIXTURES.glob("*") if (p / "truth.json").is_file()) if FIXTURES.is_dir() else []
+FIXTURE_RUNS = (
+    sorted(p for p in FIXTURES.glob("*") if (p / "truth.json").is_file()) if FIXTURES.is_dir() else []
+)
 
 
 def _checkpoints_in_window(run: Path) -> int | None:
@@ -128,8 +154,11 @@ def _checkpoints_in_window(run: Path) -> int | None:
 # A fault that diverges with fewer than 2 checkpoints between onset and divergence cannot show a
 # weight-side alarm starting in that window that is confirmed at all (e.g. the first fixture set's
 # combined-moe: saves every 125 steps, divergence 168 steps after onset).
-KNOWN_MISS = {p.name for p in (sorted(FIXTURES.glob("*")) if FIXTURES.is_dir() else [])
-              if (p / "truth.json").is_file() and (_checkpoints_in_window(p) or 99) < 2}
+KNOWN_MISS = {
+    p.name
+    for p in (sorted(FIXTURES.glob("*")) if FIXTURES.is_dir() else [])
+    if (p / "truth.json").is_file() and (_checkpoints_in_window(p) or 99) < 2
+}
 # Fault runs where the log-only rule's first post-onset alarm is earlier than ours, documented in
 # docs/detection.md ("Known limits"): the LR growth turns an ordinary grad-norm blip at step 516
 # into a 6-sigma one, one checkpoint after onset; all three faults start at step 400, the
@@ -139,8 +168,12 @@ KNOWN_LOG_ONLY_WINS = {"combined-moe", "highlr-moe", "lowprec-moe"}
 
 
 def _params(runs):
-    return [pytest.param(p, marks=pytest.mark.xfail(reason="see KNOWN_MISS", strict=True))
-            if p.name in KNOWN_MISS else p for p in runs]
+    return [
+        pytest.param(p, marks=pytest.mark.xfail(reason="see KNOWN_MISS", strict=True))
+        if p.name in KNOWN_MISS
+        else p
+        for p in runs
+    ]
 
 
 @pytest.fixture(scope="module")

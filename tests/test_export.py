@@ -87,7 +87,7 @@ def test_tensorboard_events_at_the_training_steps(result_dir):
     events = acc.Scalars("ckptscan/attn.D2.entropy2/layer01")
     expect = data.layer_matrix(res.timeline.get("attn.D2.entropy2"), "down")[1]
     assert [e.step for e in events] == [int(s) for s in res.timeline.steps[1:]]  # the first is undefined
-    assert all(math.isclose(e.value, v, rel_tol=1e-6) for e, v in zip(events, expect[1:]))
+    assert all(math.isclose(e.value, v, rel_tol=1e-6) for e, v in zip(events, expect[1:], strict=False))
     text = acc.Tensors("ckptscan/verdict/text_summary")[0].tensor_proto.string_val[0].decode()
     assert text.startswith("**ANOMALOUS: lowprec_attention") and "attn.D2.entropy2: layer 1 head 2" in text
 

@@ -37,7 +37,9 @@ def run(root: Path, out: Path, **kw):
 
 @pytest.fixture(scope="module")
 def hf_run(tmp_path_factory):
-    pytest.importorskip("transformers", reason="transformers writes the Trainer run (test extra 'frameworks')")
+    pytest.importorskip(
+        "transformers", reason="transformers writes the Trainer run (test extra 'frameworks')"
+    )
     return fr.hf_trainer_run(tmp_path_factory.mktemp("hf") / "out")
 
 
@@ -96,15 +98,33 @@ def test_checkpoint_steps_that_count_saves_drop_the_lead_time(tmp_path):
     pytest.importorskip("accelerate", reason="accelerate writes the run (test extra 'frameworks')")
     root = fr.accelerate_run(tmp_path / "sgd", optimizer="sgd", tensorboard=False)
     assert recorded_step(root / "checkpoints" / "checkpoint_0", ("optimizer",)) is None
-    (root / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "loss": 4.0}) for s in range(1, 401)))
+    (root / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": s, "loss": 4.0}) for s in range(1, 401))
+    )
     res = run(root, tmp_path / "o", **HEAD_FLAGS)
     assert res.summary["checkpoints"]["steps"] == [0, 1, 2, 3]
     assert any("save" in n for n in res.summary["checkpoints"]["notes"])
     log = res.summary["log"]
     assert log["aligned"] is False and any("cannot be aligned" in n for n in log["notes"])
     assert res.summary["lead_time_steps"] is None
-    cli = CliRunner().invoke(main, ["analyze", str(root), "-o", str(tmp_path / "o"), "--heads", "4", "--kv-heads",
-                                    "2", "--device", "cpu", "--no-replay", "--fail-on", "never"])
+    cli = CliRunner().invoke(
+        main,
+        [
+            "analyze",
+            str(root),
+            "-o",
+            str(tmp_path / "o"),
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--device",
+            "cpu",
+            "--no-replay",
+            "--fail-on",
+            "never",
+        ],
+    )
     assert cli.exit_code == 0 and cli.output.count("cannot be aligned") == 1, cli.output
 
 
@@ -163,12 +183,16 @@ def test_missing_module_under_trust_pickle_is_named(tmp_path, monkeypatch):
     mod.Config = type("Config", (), {"__module__": mod.__name__})
     with monkeypatch.context() as m:
         m.setitem(sys.modules, mod.__name__, mod)
-        torch.save({"state_dict": {"w": torch.zeros(2)}, "hyper_parameters": {"cfg": mod.Config()}},
-                   tmp_path / "epoch=0-step=1.ckpt")
+        torch.save(
+            {"state_dict": {"w": torch.zeros(2)}, "hyper_parameters": {"cfg": mod.Config()}},
+            tmp_path / "epoch=0-step=1.ckpt",
+        )
     with pytest.raises(UnsafePickleError, match="GLOBAL module_that_is_not_installed.Config"):
         open_checkpoint(tmp_path / "epoch=0-step=1.ckpt").infos()
-    with pytest.raises(FormatError, match="needs the Python module 'module_that_is_not_installed', which is "
-                                          "not installed here"):
+    with pytest.raises(
+        FormatError,
+        match="needs the Python module 'module_that_is_not_installed', which is not installed here",
+    ):
         open_checkpoint(tmp_path / "epoch=0-step=1.ckpt", trust_pickle=True).infos()
     with pytest.raises(FormatError, match="needs the Python module 'module_that_is_not_installed'"):
         open_checkpoint(tmp_path / "epoch=0-step=1.ckpt", trust_pickle=True).infos()
@@ -202,7 +226,8 @@ def test_olmo_core_and_nemo_trees(tmp_path):
         name = f"megatron_gpt--val_loss=2.10-step={step}-consumed_samples={step * 8}.0"
         write_checkpoint(version / "checkpoints" / name / "weights", state_dict(g, False), "dcp")
     (version / "checkpoints" / "megatron_gpt--val_loss=2.10-step=100-consumed_samples=800.0-last").symlink_to(
-        version / "checkpoints" / "megatron_gpt--val_loss=2.10-step=100-consumed_samples=800.0")
+        version / "checkpoints" / "megatron_gpt--val_loss=2.10-step=100-consumed_samples=800.0"
+    )
     found = discover_run(tmp_path / "nemo" / "gpt")
     assert found.framework.name == "nemo" and [c.step for c in found.checkpoints] == [50, 100]
     assert [s.error for s in found.skipped] == [False]  # the -last copy
@@ -218,8 +243,24 @@ def test_deepspeed_zero3_two_ranks_match_zero_to_fp32(tmp_path):
         assert src.format == "deepspeed-zero3"
         for name, want in reference.items():
             assert torch.equal(src.read(name), want), name
-    res = CliRunner().invoke(main, ["analyze", str(root), "-o", str(tmp_path / "o"), "--heads", "4",
-                                    "--kv-heads", "2", "--json", "--device", "cpu", "--fail-on", "never"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "analyze",
+            str(root),
+            "-o",
+            str(tmp_path / "o"),
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--json",
+            "--device",
+            "cpu",
+            "--fail-on",
+            "never",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["checkpoints"]["analyzed"] == 1
 
@@ -251,7 +292,9 @@ def test_tensorboard_log_without_the_package_is_one_note(tmp_path, monkeypatch):
     for name in [n for n in sys.modules if n.split(".")[0] == "tensorboard"] + ["tensorboard"]:
         monkeypatch.setitem(sys.modules, name, None)  # imports fail as if it were not installed
     curve = logs.read_log(logs.find_log(tmp_path))
-    assert len(curve) == 0 and len(curve.notes) == 1 and "pip install 'ckptscan[tensorboard]'" in curve.notes[0]
+    assert (
+        len(curve) == 0 and len(curve.notes) == 1 and "pip install 'ckptscan[tensorboard]'" in curve.notes[0]
+    )
 
 
 def test_config_flag_json_and_toml(tmp_path):
@@ -261,12 +304,14 @@ def test_config_flag_json_and_toml(tmp_path):
     cfg = json.loads((root / "config.json").read_text())
     (root / "config.json").unlink()
     (tmp_path / "model.json").write_text(json.dumps(cfg))
-    (tmp_path / "model.toml").write_text(f"[model]\nheads = {cfg['num_attention_heads']}\n"
-                                         f"kv_heads = {cfg['num_key_value_heads']}\n")
+    (tmp_path / "model.toml").write_text(
+        f"[model]\nheads = {cfg['num_attention_heads']}\nkv_heads = {cfg['num_key_value_heads']}\n"
+    )
     for flag in ("model.json", "model.toml"):
         res = run(root, tmp_path / f"out-{flag}", config_file=tmp_path / flag)
         assert res.summary["checkpoints"]["analyzed"] == 2, flag
     (tmp_path / "bad.json").write_text("[1, 2]")
-    out = CliRunner().invoke(main, ["analyze", str(root), "-o", str(tmp_path / "o"), "--config",
-                                    str(tmp_path / "bad.json")])
+    out = CliRunner().invoke(
+        main, ["analyze", str(root), "-o", str(tmp_path / "o"), "--config", str(tmp_path / "bad.json")]
+    )
     assert out.exit_code == 2 and "not a JSON object" in out.output

@@ -41,9 +41,14 @@ FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_c
 FILES = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -62,9 +67,14 @@ def one_line(err: CkptscanError) -> None:
 
 
 @FAST
-@given(st.one_of(JSON.map(json.dumps), st.text(alphabet='[]{}",:0123456789-eE. \\ax', max_size=60),
-                 st.integers(0, 300).map(lambda n: "[" * n + "]" * n),
-                 st.integers(1, 400).map(lambda n: "-" + "7" * n)))
+@given(
+    st.one_of(
+        JSON.map(json.dumps),
+        st.text(alphabet='[]{}",:0123456789-eE. \\ax', max_size=60),
+        st.integers(0, 300).map(lambda n: "[" * n + "]" * n),
+        st.integers(1, 400).map(lambda n: "-" + "7" * n),
+    )
+)
 def test_parse_json_is_json_within_limits(text):
     """Anything in: the value ``json.loads`` gives, or a one-line JsonError (depth, integer length,
     invalid JSON); a RecursionError or an int-conversion ValueError never escapes."""
@@ -90,9 +100,23 @@ def test_parse_step_never_raises(name):
 
 
 @FAST
-@given(st.integers(0, 10**12), st.sampled_from(["checkpoint-{}", "step-{}", "step{}", "step_{}", "iter_{:07d}",
-                                                 "global_step{}", "epoch=3-step={}.ckpt", "{}", "{}.pt"]),
-       st.sampled_from(["", "-tmp", ".partial", "_old", "x"]))
+@given(
+    st.integers(0, 10**12),
+    st.sampled_from(
+        [
+            "checkpoint-{}",
+            "step-{}",
+            "step{}",
+            "step_{}",
+            "iter_{:07d}",
+            "global_step{}",
+            "epoch=3-step={}.ckpt",
+            "{}",
+            "{}.pt",
+        ]
+    ),
+    st.sampled_from(["", "-tmp", ".partial", "_old", "x"]),
+)
 def test_parse_step_known_names_and_unfinished_suffixes(step, fmt, suffix):
     name = fmt.format(step)
     assert parse_step(name) == step
@@ -117,23 +141,32 @@ def test_safetensors_random_bytes(scratch, blob):
         assert h.data_start + h.data_size == len(blob)
 
 
-ENTRY = st.fixed_dictionaries({
-    "dtype": st.sampled_from([*DTYPES, "C64", "F4", "", 3]),
-    "shape": st.one_of(st.lists(st.integers(-1, 5), max_size=3), st.just("x"), st.none()),
-    "data_offsets": st.one_of(st.lists(st.integers(-2, 80), min_size=2, max_size=2),
-                              st.lists(st.integers(0, 80), max_size=3), st.just([0, True])),
-})
+ENTRY = st.fixed_dictionaries(
+    {
+        "dtype": st.sampled_from([*DTYPES, "C64", "F4", "", 3]),
+        "shape": st.one_of(st.lists(st.integers(-1, 5), max_size=3), st.just("x"), st.none()),
+        "data_offsets": st.one_of(
+            st.lists(st.integers(-2, 80), min_size=2, max_size=2),
+            st.lists(st.integers(0, 80), max_size=3),
+            st.just([0, True]),
+        ),
+    }
+)
 
 
 @FILES
-@given(st.dictionaries(st.sampled_from(["a", "b", "c", "__metadata__"]), ENTRY | JSON, max_size=3),
-       st.integers(0, 80))
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c", "__metadata__"]), ENTRY | JSON, max_size=3),
+    st.integers(0, 80),
+)
 def test_safetensors_random_headers(scratch, header, data_len):
     """Valid-looking headers with random defects: a parsed header is consistent and every tensor
     in it reads back with its shape; everything else is a FormatError."""
     f = scratch / "header.safetensors"
     hb = json.dumps(header).encode()
-    f.write_bytes(struct.pack("<Q", len(hb)) + hb + bytes(range(256))[:data_len] + b"\0" * max(0, data_len - 256))
+    f.write_bytes(
+        struct.pack("<Q", len(hb)) + hb + bytes(range(256))[:data_len] + b"\0" * max(0, data_len - 256)
+    )
     try:
         sf = SafetensorsFile(f)
     except FormatError as e:
@@ -160,10 +193,35 @@ def test_safetensors_random_headers(scratch, header, data_len):
 
 
 @FILES
-@given(st.one_of(JSON, st.fixed_dictionaries({"weight_map": st.dictionaries(
-    st.text(max_size=8), st.one_of(st.sampled_from(["a.safetensors", "../a.safetensors", "/etc/passwd", "",
-                                                     "sub/../a.safetensors", "C:\\x", "./a.safetensors", "b"]),
-                                   st.text(max_size=10), st.integers()), max_size=4)})))
+@given(
+    st.one_of(
+        JSON,
+        st.fixed_dictionaries(
+            {
+                "weight_map": st.dictionaries(
+                    st.text(max_size=8),
+                    st.one_of(
+                        st.sampled_from(
+                            [
+                                "a.safetensors",
+                                "../a.safetensors",
+                                "/etc/passwd",
+                                "",
+                                "sub/../a.safetensors",
+                                "C:\\x",
+                                "./a.safetensors",
+                                "b",
+                            ]
+                        ),
+                        st.text(max_size=10),
+                        st.integers(),
+                    ),
+                    max_size=4,
+                )
+            }
+        ),
+    )
+)
 def test_sharded_index_random_json(scratch, doc):
     folder = scratch / "sharded"
     folder.mkdir(exist_ok=True)
@@ -197,11 +255,28 @@ def test_sharded_index_random_bytes(scratch, blob):
 
 _SD = state_dict(torch.Generator().manual_seed(0), moe=True)
 INFOS = {k: TensorInfo(k, tuple(v.shape), "float32", "model.safetensors") for k, v in _SD.items()}
-CONFIG_KEYS = ["num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "num_hidden_layers",
-               "num_local_experts", "num_experts_per_tok", "rope_theta", "model_type", "architectures",
-               "rope_scaling", "partial_rotary_factor", "quantization_config", "text_config", "multi_query"]
-CONFIG_VALUES = st.one_of(JSON, st.integers(-3, 70), st.sampled_from([float("inf"), float("nan"), 1e300, -0.0, "8",
-                                                                         "mixtral", ["MixtralForCausalLM"]]))
+CONFIG_KEYS = [
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "rope_theta",
+    "model_type",
+    "architectures",
+    "rope_scaling",
+    "partial_rotary_factor",
+    "quantization_config",
+    "text_config",
+    "multi_query",
+]
+CONFIG_VALUES = st.one_of(
+    JSON,
+    st.integers(-3, 70),
+    st.sampled_from([float("inf"), float("nan"), 1e300, -0.0, "8", "mixtral", ["MixtralForCausalLM"]]),
+)
 
 
 @FAST
@@ -224,7 +299,11 @@ def test_config_dialects_never_crash(cfg):
 
 
 @FAST
-@given(st.dictionaries(st.one_of(st.sampled_from(CONFIG_KEYS), st.text(max_size=12)), JSON, min_size=1, max_size=6))
+@given(
+    st.dictionaries(
+        st.one_of(st.sampled_from(CONFIG_KEYS), st.text(max_size=12)), JSON, min_size=1, max_size=6
+    )
+)
 def test_config_any_json_object(cfg):
     """Any JSON object as config.json (every draw is one: config.json must hold an object), any value
     under any key: read without an exception, each count a positive int or None."""
@@ -234,16 +313,45 @@ def test_config_any_json_object(cfg):
         assert v is None or (type(v) is int and v > 0), (k, v)
 
 
-TOML_LINES = st.lists(st.one_of(
-    st.sampled_from(["[model]", "[roles]", "[other]", "heads = 4", "kv_heads = 2", "head_dim = 8", "heads = 0",
-                     "heads = -1", "heads = true", "heads = 4.5", "rope_theta = 1e4", "family = 'llama'",
-                     "family = 'nope'", "uses_rope = false", "bogus = 1",
-                     "q = 'model\\.layers\\.(\\d+)\\.self_attn\\.q_proj\\.weight'",
-                     "k = 'model\\.layers\\.(\\d+)\\.self_attn\\.k_proj\\.weight'",
-                     "qkv = 'x(\\d+)'", "qkv_order = 'per_head'", "router = '(['", "router = 'a(\\d+)(\\d+)'",
-                     "routing = 'softmax_topk'", "routing = 'magic'", "q = 3", "k = 'model\\.layers\\.(?P<layer>\\d+)\\.self_attn\\.k_proj\\.weight'",
-                     "transposed = 'yes'", "norm_offset = 1", "model = 3", "'"]),
-    st.text(max_size=20)), max_size=8)
+TOML_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                "[model]",
+                "[roles]",
+                "[other]",
+                "heads = 4",
+                "kv_heads = 2",
+                "head_dim = 8",
+                "heads = 0",
+                "heads = -1",
+                "heads = true",
+                "heads = 4.5",
+                "rope_theta = 1e4",
+                "family = 'llama'",
+                "family = 'nope'",
+                "uses_rope = false",
+                "bogus = 1",
+                "q = 'model\\.layers\\.(\\d+)\\.self_attn\\.q_proj\\.weight'",
+                "k = 'model\\.layers\\.(\\d+)\\.self_attn\\.k_proj\\.weight'",
+                "qkv = 'x(\\d+)'",
+                "qkv_order = 'per_head'",
+                "router = '(['",
+                "router = 'a(\\d+)(\\d+)'",
+                "routing = 'softmax_topk'",
+                "routing = 'magic'",
+                "q = 3",
+                "k = 'model\\.layers\\.(?P<layer>\\d+)\\.self_attn\\.k_proj\\.weight'",
+                "transposed = 'yes'",
+                "norm_offset = 1",
+                "model = 3",
+                "'",
+            ]
+        ),
+        st.text(max_size=20),
+    ),
+    max_size=8,
+)
 
 
 @FILES
@@ -280,17 +388,30 @@ def test_layout_file_random_bytes(scratch, blob):
 # ------------------------------------------------------------------------------------- replay files
 
 _COUNTER = itertools.count()
-ATTR = st.one_of(st.none(), st.integers(-5, 2**40), st.text(max_size=10), st.floats(allow_nan=True),
-                 st.just("ckptscan-replay/1"), st.lists(st.integers(0, 3), min_size=1, max_size=3), st.binary(min_size=1, max_size=5))
+ATTR = st.one_of(
+    st.none(),
+    st.integers(-5, 2**40),
+    st.text(max_size=10),
+    st.floats(allow_nan=True),
+    st.just("ckptscan-replay/1"),
+    st.lists(st.integers(0, 3), min_size=1, max_size=3),
+    st.binary(min_size=1, max_size=5),
+)
 
 
 @FILES
-@given(fmt=st.one_of(st.just("ckptscan-replay/1"), ATTR), step=ATTR,
-       layer_keys=st.lists(st.sampled_from(["0", "1", "x", "-1", "01"]), max_size=3, unique=True),
-       ids_shape=st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
-       ids_float=st.booleans(), act_shape=st.lists(st.integers(0, 4), min_size=1, max_size=4),
-       act_kind=st.sampled_from(["f4", "f2", "i4", "u2-bf16", "u2"]))
-def test_replay_attributes_and_datasets(scratch, fmt, step, layer_keys, ids_shape, ids_float, act_shape, act_kind):
+@given(
+    fmt=st.one_of(st.just("ckptscan-replay/1"), ATTR),
+    step=ATTR,
+    layer_keys=st.lists(st.sampled_from(["0", "1", "x", "-1", "01"]), max_size=3, unique=True),
+    ids_shape=st.one_of(st.none(), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
+    ids_float=st.booleans(),
+    act_shape=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+    act_kind=st.sampled_from(["f4", "f2", "i4", "u2-bf16", "u2"]),
+)
+def test_replay_attributes_and_datasets(
+    scratch, fmt, step, layer_keys, ids_shape, ids_float, act_shape, act_kind
+):
     f = scratch / f"replay-{next(_COUNTER)}.h5"  # a fresh name: a leaked handle must not hide the first bug
     with h5py.File(f, "w") as h:
         for key, val in (("format", fmt), ("step", step)):
@@ -303,7 +424,9 @@ def test_replay_attributes_and_datasets(scratch, fmt, step, layer_keys, ids_shap
             if act_kind == "u2-bf16":
                 ds.attrs["dtype"] = "bfloat16"
         if ids_shape is not None:
-            h.create_dataset("input_ids", data=np.zeros(ids_shape, dtype=np.float32 if ids_float else np.int64))
+            h.create_dataset(
+                "input_ids", data=np.zeros(ids_shape, dtype=np.float32 if ids_float else np.int64)
+            )
     try:
         with ReplayFile(f) as r:
             r.check(4, n_layers=1)

@@ -29,8 +29,12 @@ from tests.test_fuzz import JSON
 from tests.test_reliability import Q0, _replay, cli, tree_state
 
 FUZZ_EXAMPLES = int(os.environ.get("CKPTSCAN_FUZZ_EXAMPLES", "6"))
-RUNS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+RUNS = settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 IDS = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
 _EXAMPLE = count()
 
@@ -44,8 +48,9 @@ def base(tmp_path_factory):
     sd = {k: v for k, v in _load(run / "checkpoint-200" / "model.safetensors").items()}
     shutil.rmtree(run / "checkpoint-200")
     write_checkpoint(run / "checkpoint-200", sd, "sharded")
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0 - s / 1000}) + "\n"
-                                              for s in range(10, 310, 10)))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 3.0 - s / 1000}) + "\n" for s in range(10, 310, 10))
+    )
     replay = shutil.copytree(run, root / "replay-run")
     for step in (100, 200, 300):
         _replay(replay / f"checkpoint-{step}" / "replay.h5", step, IDS)
@@ -86,7 +91,7 @@ BIG = st.one_of(st.integers(-(2**70), 2**70), st.just(10**500), st.floats(allow_
 def _header(f: Path) -> tuple[dict, bytes]:
     b = f.read_bytes()
     (n,) = struct.unpack("<Q", b[:8])
-    return json.loads(b[8:8 + n]), b[8 + n:]
+    return json.loads(b[8 : 8 + n]), b[8 + n :]
 
 
 def _write_header(f: Path, header_bytes: bytes, data: bytes) -> None:
@@ -123,22 +128,39 @@ def test_fuzzed_safetensors_header(base, change):
             again = json.dumps({Q0: header[Q0]})[1:-1]
             raw = (json.dumps(header)[:-1] + ", " + again + "}").encode()
         _write_header(f, raw, data)
+
     analyze_damaged(base, "plain", damage)
 
 
 # ------------------------------------------------------------------------------------- shard index
 
-SHARD = st.one_of(st.sampled_from(["model-00001-of-00002.safetensors", "../x.safetensors", "/etc/passwd", "",
-                                   "x" * 300, "a/../../b", "model.safetensors.index.json", "."]),
-                  st.text(max_size=12), st.integers(), st.none())
+SHARD = st.one_of(
+    st.sampled_from(
+        [
+            "model-00001-of-00002.safetensors",
+            "../x.safetensors",
+            "/etc/passwd",
+            "",
+            "x" * 300,
+            "a/../../b",
+            "model.safetensors.index.json",
+            ".",
+        ]
+    ),
+    st.text(max_size=12),
+    st.integers(),
+    st.none(),
+)
 
 
 @RUNS
-@given(st.one_of(
-    st.tuples(st.just("weight_map"), st.dictionaries(st.sampled_from([Q0, "x", ""]), SHARD, max_size=3)),
-    st.tuples(st.just("whole"), JSON),
-    st.tuples(st.just("bytes"), st.binary(max_size=80)),
-))
+@given(
+    st.one_of(
+        st.tuples(st.just("weight_map"), st.dictionaries(st.sampled_from([Q0, "x", ""]), SHARD, max_size=3)),
+        st.tuples(st.just("whole"), JSON),
+        st.tuples(st.just("bytes"), st.binary(max_size=80)),
+    )
+)
 def test_fuzzed_shard_index(base, change):
     how, value = change
 
@@ -152,22 +174,38 @@ def test_fuzzed_shard_index(base, change):
             idx.write_text(json.dumps(value))
         else:
             idx.write_bytes(value)
+
     analyze_damaged(base, "plain", damage)
 
 
 # ------------------------------------------------------------------------------------- config.json
 
-CONFIG_KEYS = st.sampled_from(["num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
-                               "num_hidden_layers", "rope_theta", "partial_rotary_factor", "model_type",
-                               "architectures", "rope_scaling", "text_config", "num_local_experts"])
+CONFIG_KEYS = st.sampled_from(
+    [
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "hidden_size",
+        "num_hidden_layers",
+        "rope_theta",
+        "partial_rotary_factor",
+        "model_type",
+        "architectures",
+        "rope_scaling",
+        "text_config",
+        "num_local_experts",
+    ]
+)
 
 
 @RUNS
-@given(st.one_of(
-    st.tuples(st.just("keys"), st.dictionaries(CONFIG_KEYS, st.one_of(JSON, BIG), max_size=4)),
-    st.tuples(st.just("whole"), JSON),
-    st.tuples(st.just("bytes"), st.binary(max_size=80)),
-))
+@given(
+    st.one_of(
+        st.tuples(st.just("keys"), st.dictionaries(CONFIG_KEYS, st.one_of(JSON, BIG), max_size=4)),
+        st.tuples(st.just("whole"), JSON),
+        st.tuples(st.just("bytes"), st.binary(max_size=80)),
+    )
+)
 def test_fuzzed_config(base, change):
     how, value = change
 
@@ -179,6 +217,7 @@ def test_fuzzed_config(base, change):
             cfg.write_text(json.dumps(value))
         else:
             cfg.write_bytes(value)
+
     analyze_damaged(base, "plain", damage)
 
 
@@ -186,15 +225,21 @@ def test_fuzzed_config(base, change):
 
 LOG_VALUE = st.one_of(JSON, BIG, st.sampled_from(["nan", "inf", "1e999", "", "x", "-1"]))
 LOG_LINE = st.one_of(
-    st.dictionaries(st.sampled_from(["step", "loss", "grad_norm", "lr", "global_step", "train_loss"]),
-                    LOG_VALUE, max_size=4).map(json.dumps),
+    st.dictionaries(
+        st.sampled_from(["step", "loss", "grad_norm", "lr", "global_step", "train_loss"]),
+        LOG_VALUE,
+        max_size=4,
+    ).map(json.dumps),
     st.text(max_size=30),
 )
 
 
 @RUNS
-@given(st.sampled_from(["metrics.jsonl", "metrics.csv", "trainer_state.json"]),
-       st.lists(LOG_LINE, max_size=8), st.one_of(JSON, st.none()))
+@given(
+    st.sampled_from(["metrics.jsonl", "metrics.csv", "trainer_state.json"]),
+    st.lists(LOG_LINE, max_size=8),
+    st.one_of(JSON, st.none()),
+)
 def test_fuzzed_log(base, name, lines, state):
     def damage(run: Path) -> None:
         (run / "metrics.jsonl").unlink()
@@ -205,6 +250,7 @@ def test_fuzzed_log(base, name, lines, state):
         else:
             text = "\n".join(lines)
         (run / name).write_text(text)
+
     analyze_damaged(base, "plain", damage)
 
 
@@ -212,8 +258,10 @@ def test_fuzzed_log(base, name, lines, state):
 
 
 @RUNS
-@given(flips=st.lists(st.tuples(st.integers(0, 2**31), st.integers(1, 255)), min_size=1, max_size=4),
-       keep=st.one_of(st.none(), st.floats(0.05, 1.0)))
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 2**31), st.integers(1, 255)), min_size=1, max_size=4),
+    keep=st.one_of(st.none(), st.floats(0.05, 1.0)),
+)
 def test_fuzzed_replay_file(base, flips, keep, monkeypatch):
     monkeypatch.setenv("CKPTSCAN_REPLAY_TIMEOUT", "5")  # a flip can make HDF5 loop: the guard's limit
 
@@ -222,5 +270,6 @@ def test_fuzzed_replay_file(base, flips, keep, monkeypatch):
         data = bytearray(f.read_bytes())
         for at, xor in flips:
             data[at % len(data)] ^= xor
-        f.write_bytes(bytes(data[:int(len(data) * keep)] if keep is not None else data))
+        f.write_bytes(bytes(data[: int(len(data) * keep)] if keep is not None else data))
+
     analyze_damaged(base, "replay", damage)

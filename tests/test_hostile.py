@@ -78,8 +78,8 @@ def header_bytes(f: Path, edit) -> None:
     """Replace a safetensors file's header by ``edit(header bytes)``, keeping the data section."""
     b = f.read_bytes()
     (n,) = struct.unpack("<Q", b[:8])
-    hb = edit(b[8:8 + n])
-    f.write_bytes(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+    hb = edit(b[8 : 8 + n])
+    f.write_bytes(struct.pack("<Q", len(hb)) + hb + b[8 + n :])
 
 
 def rewrite_as(run: Path, fmt: str, sd: dict | None = None) -> Path:
@@ -130,6 +130,7 @@ def _dcp_metadata(mutate):
         mutate(meta)
         with open(folder / METADATA_FILE, "wb") as f:
             pickle.dump(meta, f)
+
     return damage
 
 
@@ -140,6 +141,7 @@ def _torch_file(edit):
         shutil.rmtree(run / DAMAGED)
         (run / DAMAGED).mkdir()
         torch.save(sd, run / DAMAGED / "pytorch_model.bin")
+
     return damage
 
 
@@ -185,42 +187,66 @@ def _config_text(text: str):
 CONTAINED = {
     "deep JSON in a safetensors header": (
         _in_header(lambda h: h.rstrip()[:-1] + f', "x": {deep(5000)}}}'.encode()),
-        "nested deeper than 100 levels", DAMAGED),
+        "nested deeper than 100 levels",
+        DAMAGED,
+    ),
     "deep JSON in a shard index": (_deep_index, "nested deeper than 100 levels", DAMAGED),
     "deep JSON in config.json": (_config_text(f'{{"a": {deep(5000)}}}'), "nested deeper", DAMAGED),
     "a header integer of 5000 digits": (
-        _in_header(lambda h: re.sub(rb'"data_offsets": ?\[\d+', b'"data_offsets":[' + b"7" * 5000, h,
-                                    count=1)),
-        "integer of 5000 digits", DAMAGED),
+        _in_header(
+            lambda h: re.sub(rb'"data_offsets": ?\[\d+', b'"data_offsets":[' + b"7" * 5000, h, count=1)
+        ),
+        "integer of 5000 digits",
+        DAMAGED,
+    ),
     "a config integer of 5000 digits": (
-        _config_text(json.dumps(config(False))[:-1] + ', "x": ' + "9" * 5000 + "}"), "integer of 5000 digits",
-        DAMAGED),
+        _config_text(json.dumps(config(False))[:-1] + ', "x": ' + "9" * 5000 + "}"),
+        "integer of 5000 digits",
+        DAMAGED,
+    ),
     "a dtype that is a list": (
         lambda run: rewrite_header(run / DAMAGED / "model.safetensors", lambda h: h[Q0].update(dtype=["F3"])),
-        "unknown dtype ['F3']", DAMAGED),
+        "unknown dtype ['F3']",
+        DAMAGED,
+    ),
     "zero-size q/k and no head count": (_zero_qk_no_heads, "an empty weight matrix", DAMAGED),
     "a 300-character shard name": (_long_shard_name, "File name too long", DAMAGED),
     "DCP metadata with chunks=None": (
-        _dcp_metadata(lambda m: setattr(m.state_dict_metadata[Q0], "chunks", None)), "wrong type", DAMAGED),
+        _dcp_metadata(lambda m: setattr(m.state_dict_metadata[Q0], "chunks", None)),
+        "wrong type",
+        DAMAGED,
+    ),
     "DCP metadata with a string size": (
-        _dcp_metadata(lambda m: setattr(m.state_dict_metadata[Q0], "size", "32x32")), "wrong type", DAMAGED),
+        _dcp_metadata(lambda m: setattr(m.state_dict_metadata[Q0], "size", "32x32")),
+        "wrong type",
+        DAMAGED,
+    ),
     "DCP storage entry with a float offset": (
-        _dcp_metadata(lambda m: setattr(next(iter(m.storage_data.values())), "offset", 1.5)), "wrong type",
-        DAMAGED),
+        _dcp_metadata(lambda m: setattr(next(iter(m.storage_data.values())), "offset", 1.5)),
+        "wrong type",
+        DAMAGED,
+    ),
     "a meta-device tensor": (
-        _torch_file(lambda sd: sd.update({Q0: torch.empty(32, 32, device="meta")})), "meta device", DAMAGED),
+        _torch_file(lambda sd: sd.update({Q0: torch.empty(32, 32, device="meta")})),
+        "meta device",
+        DAMAGED,
+    ),
     "a state dict nested 3000 deep": (_save_deep, "nests deeper than 64 levels", DAMAGED),
     "a checkpoint named with a step beyond int64": (
         lambda run: shutil.copytree(run / "checkpoint-400", run / ("checkpoint-" + "9" * 25)),
-        "beyond the int64 range", "checkpoint-" + "9" * 25),
+        "beyond the int64 range",
+        "checkpoint-" + "9" * 25,
+    ),
     "NaN rope_theta with replay files": (lambda run: _replays(run, float("nan")), None, None),
     "negative rope_theta with replay files": (lambda run: _replays(run, -10000.0), None, None),
     "a replay file with one flipped byte": (_flipped_replay, "replay file not used", "replay.h5"),
 }
 SLOW_CASES = {"a replay file with one flipped byte"}  # the replay worker's time limit: about 3 s
 LOGS = {
-    "deep JSON in a log line": ('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": ' + deep(5000) + "}\n",
-                                "nested deeper"),
+    "deep JSON in a log line": (
+        '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": ' + deep(5000) + "}\n",
+        "nested deeper",
+    ),
     "a log step of 1e30": ('{"step": 1, "loss": 2.0}\n{"step": 1e30, "loss": 2.0}\n', "bad step"),
 }
 
@@ -273,9 +299,14 @@ def test_a_folder_the_user_cannot_read_is_passed_over_by_the_log_search(run, tmp
     (secret / "trainer_state.json").write_text("{}")
     secret.chmod(0)
     try:
-        p = subprocess.run(ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "--json", "--device", "cpu",
-                                        drop_dac=True), capture_output=True, text=True, env=subprocess_env(),
-                           timeout=120, check=False)
+        p = subprocess.run(
+            ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "--json", "--device", "cpu", drop_dac=True),
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            timeout=120,
+            check=False,
+        )
     finally:
         secret.chmod(0o755)
     assert p.returncode == 5 and "Traceback" not in p.stderr, p.stderr
@@ -313,9 +344,15 @@ def _limit_file_size():
 @pytest.mark.slow
 def test_a_full_output_file_system_is_a_usage_error_naming_the_file(run, tmp_path):
     """RLIMIT_FSIZE makes every output file larger than 4 kB fail to write, as a full disk would."""
-    p = subprocess.run(ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "-q", "--device", "cpu"),
-                       capture_output=True, text=True, env=subprocess_env(), timeout=120, check=False,
-                       preexec_fn=_limit_file_size)
+    p = subprocess.run(
+        ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "-q", "--device", "cpu"),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+        preexec_fn=_limit_file_size,
+    )
     assert p.returncode == EXIT_USAGE and "Traceback" not in p.stderr, p.stderr
     (line,) = p.stderr.splitlines()
     assert line.startswith(f"ckptscan: error: {tmp_path / 'out' / 'parts'}"), line
@@ -330,8 +367,14 @@ def test_a_read_only_output_folder_is_a_usage_error(run, tmp_path):
     out.mkdir()
     out.chmod(0o555)
     try:
-        p = subprocess.run(ckptscan_cmd("analyze", run, "-o", out, "-q", "--device", "cpu", drop_dac=True),
-                           capture_output=True, text=True, env=subprocess_env(), timeout=120, check=False)
+        p = subprocess.run(
+            ckptscan_cmd("analyze", run, "-o", out, "-q", "--device", "cpu", drop_dac=True),
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            timeout=120,
+            check=False,
+        )
     finally:
         out.chmod(0o755)
     assert p.returncode == EXIT_USAGE and "Traceback" not in p.stderr, p.stderr
@@ -363,15 +406,21 @@ def _huge_replay(run):
     with h5py.File(run / DAMAGED / "replay.h5", "w") as h:  # 9 kB declaring 256 TiB, never written
         h.attrs["format"], h.attrs["step"] = "ckptscan-replay/1", 200
         for layer in (0, 1):
-            h.create_dataset(f"layers/{layer}/attn_in", shape=(2**20, 2**20, 32), dtype="f8",
-                             chunks=(1, 1, 32))
+            h.create_dataset(
+                f"layers/{layer}/attn_in", shape=(2**20, 2**20, 32), dtype="f8", chunks=(1, 1, 32)
+            )
 
 
 def _stacked_empty(run):
     shutil.rmtree(run / DAMAGED)
     (run / DAMAGED).mkdir()
-    header = {"decoder.layers.self_attention.linear_qkv.weight": {"dtype": "BF16", "shape": [10**9, 0, 64],
-                                                                   "data_offsets": [0, 0]}}
+    header = {
+        "decoder.layers.self_attention.linear_qkv.weight": {
+            "dtype": "BF16",
+            "shape": [10**9, 0, 64],
+            "data_offsets": [0, 0],
+        }
+    }
     hb = json.dumps(header).encode()
     (run / DAMAGED / "model.safetensors").write_bytes(struct.pack("<Q", len(hb)) + hb)
 
@@ -386,16 +435,34 @@ def _big_head(run):  # a 4 kB q/k with a config of one head: a 1024 x 1024 Gram 
 
 DECLARED = {
     "a stride-0 view (4 bytes stored as a 32 x 32 q_proj)": (
-        _torch_file(lambda sd: sd.update({Q0: torch.zeros(1, 1).expand(32, 32)})), "stride 0", DAMAGED),
+        _torch_file(lambda sd: sd.update({Q0: torch.zeros(1, 1).expand(32, 32)})),
+        "stride 0",
+        DAMAGED,
+    ),
     "a 9 kB replay file declaring 256 TiB": (_huge_replay, "declares 281474976710656 bytes", "replay.h5"),
     "a tensor named layers.999999999": (
-        lambda run: rewrite_as(run, "safetensors", {**SD, Q0.replace(".0.", ".999999999."): SD[Q0].clone(),
-                                                    K0.replace(".0.", ".999999999."): SD[K0].clone()}),
-        "names layer 999999999, but the checkpoint holds only", DAMAGED),
-    "a zero-byte stacked tensor of shape [1e9, 0, 64]": (_stacked_empty, "stacked over layers are empty",
-                                                          DAMAGED),
-    "a head_dim larger than the hidden size": (_big_head, "head_dim 1024 is larger than the hidden size 1",
-                                               DAMAGED),
+        lambda run: rewrite_as(
+            run,
+            "safetensors",
+            {
+                **SD,
+                Q0.replace(".0.", ".999999999."): SD[Q0].clone(),
+                K0.replace(".0.", ".999999999."): SD[K0].clone(),
+            },
+        ),
+        "names layer 999999999, but the checkpoint holds only",
+        DAMAGED,
+    ),
+    "a zero-byte stacked tensor of shape [1e9, 0, 64]": (
+        _stacked_empty,
+        "stacked over layers are empty",
+        DAMAGED,
+    ),
+    "a head_dim larger than the hidden size": (
+        _big_head,
+        "head_dim 1024 is larger than the hidden size 1",
+        DAMAGED,
+    ),
 }
 
 
@@ -449,8 +516,12 @@ def test_a_replay_file_that_never_finishes_reading_is_skipped_at_the_time_limit(
     os.mkfifo(fifo)
     with h5py.File(run / DAMAGED / "replay.h5", "a") as h:
         del h["layers/1/attn_in"]
-        h.create_dataset("layers/1/attn_in", shape=(2, 8, TINY["hidden"]), dtype="f4",
-                         external=[(str(fifo), 0, 2 * 8 * TINY["hidden"] * 4)])
+        h.create_dataset(
+            "layers/1/attn_in",
+            shape=(2, 8, TINY["hidden"]),
+            dtype="f4",
+            external=[(str(fifo), 0, 2 * 8 * TINY["hidden"] * 4)],
+        )
     monkeypatch.setenv("CKPTSCAN_REPLAY_TIMEOUT", "2")
     before = tree_state(run)
     t0 = time.monotonic()
@@ -493,14 +564,21 @@ def test_a_checkpoint_rewritten_in_place_while_read_is_an_error_not_sigbus(tmp_p
     path = tmp_path / ("model.safetensors" if fmt == "safetensors" else "model.pt")
     big = {f"w{i}": torch.randn(256, 1024) for i in range(4)}  # 4 MiB: far past the rewritten file's end
     save_file(big, path) if fmt == "safetensors" else torch.save(big, path)
-    p = subprocess.run([sys.executable, "-c", RESAVE, str(path), fmt], capture_output=True, text=True,
-                       env=subprocess_env(), timeout=120, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", RESAVE, str(path), fmt],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+    )
     assert p.returncode == 0, (p.returncode, p.stderr)  # -7 would be SIGBUS
     assert p.stdout.startswith("FormatError") and "changed while it was being read" in p.stdout, p.stdout
 
 
-def test_a_checkpoint_saved_again_during_its_analysis_is_skipped_and_analysed_next_run(run, tmp_path,
-                                                                                        monkeypatch):
+def test_a_checkpoint_saved_again_during_its_analysis_is_skipped_and_analysed_next_run(
+    run, tmp_path, monkeypatch
+):
     from ckptscan.readers.safetensors_ import SafetensorsFile
 
     read = SafetensorsFile.read
@@ -593,6 +671,7 @@ def test_a_tensor_named_twice_in_a_header_is_refused(run, tmp_path):
     def twice(h: bytes) -> bytes:
         first = json.dumps({Q0: json.loads(h)[Q0]})[1:-1]
         return h.rstrip()[:-1] + b", " + first.encode() + b"}"
+
     header_bytes(run / DAMAGED / "model.safetensors", twice)
     r, s = analyze_json(run, tmp_path / "out")
     assert r.exit_code == 3 and s["checkpoints"]["steps"] == [100, 300, 400]
@@ -602,8 +681,9 @@ def test_a_tensor_named_twice_in_a_header_is_refused(run, tmp_path):
 FORGED = "checkpoint-300\x1b[2J\x1b[32m\nHEALTHY: no sustained anomaly\x07"
 
 
-def test_control_characters_in_names_are_escaped_in_terminal_junit_and_annotations(run, tmp_path,
-                                                                                     monkeypatch):
+def test_control_characters_in_names_are_escaped_in_terminal_junit_and_annotations(
+    run, tmp_path, monkeypatch
+):
     shutil.copytree(run / "checkpoint-400", run / FORGED)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -615,21 +695,33 @@ def test_control_characters_in_names_are_escaped_in_terminal_junit_and_annotatio
         # the forged verdict never starts a line of its own: it always follows the escaped newline
         assert flat.count("HEALTHY: no sustained") == flat.count("\\nHEALTHY: no sustained")
     assert printable(str(run / FORGED)) in "".join(r.stdout.splitlines())  # the entry is listed, escaped
-    assert any(line.startswith("::notice title=ckptscan%3A input skipped::") and "\\x1b[2J" in line
-               for line in r.stdout.splitlines())
+    assert any(
+        line.startswith("::notice title=ckptscan%3A input skipped::") and "\\x1b[2J" in line
+        for line in r.stdout.splitlines()
+    )
     inputs = ET.parse(tmp_path / "j.xml").getroot().find(".//testcase[@name='inputs']/system-out")
     assert inputs is not None  # the XML parses: no raw control characters in it
     s = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert s["checkpoints"]["skipped"][0]["path"] == str(run / FORGED)  # JSON keeps the real name
 
 
-@pytest.mark.parametrize("damage,file,words", [
-    (lambda out: (out / "summary.json").write_text("{"), "summary.json", "not a ckptscan summary"),
-    (lambda out: (out / "summary.json").write_text('{"schema": 1}'), "summary.json",
-     "not a ckptscan summary"),
-    (lambda out: (out / "timeline.h5").write_bytes(b"\x89HDF\r\n" + bytes(100)), "timeline.h5",
-     "not a readable ckptscan timeline"),
-], ids=["summary not JSON", "summary not the schema", "timeline not HDF5"])
+@pytest.mark.parametrize(
+    "damage,file,words",
+    [
+        (lambda out: (out / "summary.json").write_text("{"), "summary.json", "not a ckptscan summary"),
+        (
+            lambda out: (out / "summary.json").write_text('{"schema": 1}'),
+            "summary.json",
+            "not a ckptscan summary",
+        ),
+        (
+            lambda out: (out / "timeline.h5").write_bytes(b"\x89HDF\r\n" + bytes(100)),
+            "timeline.h5",
+            "not a readable ckptscan timeline",
+        ),
+    ],
+    ids=["summary not JSON", "summary not the schema", "timeline not HDF5"],
+)
 def test_report_on_a_damaged_result_names_the_file(run, tmp_path, damage, file, words):
     out = tmp_path / "out"
     analyze(run, out_dir=out, device="cpu")
@@ -660,13 +752,20 @@ def _external_replay(run, outside):
     np.random.default_rng(0).standard_normal((2, 8, TINY["hidden"]), dtype=np.float32).tofile(raw)
     with h5py.File(run / DAMAGED / "replay.h5", "a") as h:
         del h["layers/1/attn_in"]
-        h.create_dataset("layers/1/attn_in", shape=(2, 8, TINY["hidden"]), dtype="f4",
-                         external=[(str(raw), 0, raw.stat().st_size)])
+        h.create_dataset(
+            "layers/1/attn_in",
+            shape=(2, 8, TINY["hidden"]),
+            dtype="f4",
+            external=[(str(raw), 0, raw.stat().st_size)],
+        )
     return raw
 
 
-@pytest.mark.parametrize("setup", [_symlinked_shard, _symlinked_folder, _external_replay],
-                         ids=["symlinked shard", "symlinked checkpoint folder", "HDF5 external storage"])
+@pytest.mark.parametrize(
+    "setup",
+    [_symlinked_shard, _symlinked_folder, _external_replay],
+    ids=["symlinked shard", "symlinked checkpoint folder", "HDF5 external storage"],
+)
 def test_inputs_outside_the_run_are_read_and_noted(run, tmp_path, setup):
     outside = tmp_path / "elsewhere"
     outside.mkdir()

@@ -57,15 +57,35 @@ class Browser:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        args = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--remote-debugging-pipe", f"--user-data-dir={profile}", "--no-first-run",
-                "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--disable-default-apps", "--disable-extensions", "--disable-quic",
-                "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
-                "--hide-scrollbars", "about:blank"]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, close_fds=False,
-                                     preexec_fn=child_fds)  # noqa: PLW1509 (no threads here)
+        args = [
+            exe,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile}",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--disable-quic",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--window-size={width},{height}",
+            "--hide-scrollbars",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=False,
+            preexec_fn=child_fds,
+        )  # noqa: PLW1509 (no threads here)
         os.close(cmd_r)
         os.close(resp_w)
         self._buf = b""
@@ -74,14 +94,21 @@ class Browser:
         self.session = None
         targets = self.call("Target.getTargets")["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
         self.viewport(width, height)
 
     def viewport(self, width: int, height: int, mobile: bool = False) -> None:
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=mobile)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=mobile,
+        )
 
     # --- protocol ---------------------------------------------------------------------------
     def _read_message(self, deadline: float) -> dict:
@@ -145,8 +172,10 @@ class Browser:
         params = {"format": "png"}
         if full_page:
             size = self.call("Page.getLayoutMetrics")["cssContentSize"]
-            params.update(captureBeyondViewport=True,
-                          clip={"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1})
+            params.update(
+                captureBeyondViewport=True,
+                clip={"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
+            )
         data = self.call("Page.captureScreenshot", **params)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
@@ -158,14 +187,22 @@ class Browser:
             p = e.get("params", {})
             if e["method"] == "Runtime.exceptionThrown":
                 out.append(f"exception: {p['exceptionDetails'].get('exception', {}).get('description') or p}")
-            elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "warning", "assert"):
-                out.append(f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}")
+            elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in (
+                "error",
+                "warning",
+                "assert",
+            ):
+                out.append(
+                    f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p['args']]}"
+                )
             elif e["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
                 out.append(f"log {p['entry']['level']}: {p['entry']['text']} {p['entry'].get('url', '')}")
         return out
 
     def requests(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
+        return [
+            e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"
+        ]
 
     def close(self) -> None:
         try:
@@ -232,7 +269,7 @@ def fault_result(n=80, layers=3, heads=4) -> Result:
     for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm"):
         a = 0.8 + 0.01 * rng.standard_normal((n, layers, heads))
         if name == "attn.D2.entropy2":
-            a[n // 2:, 1, 2] -= np.linspace(0, 0.5, n - n // 2)
+            a[n // 2 :, 1, 2] -= np.linspace(0, 0.5, n - n // 2)
             a[0] = np.nan
         series[name] = a
     series["router.similarity"] = 0.1 + 0.01 * rng.standard_normal((n, layers, 1))
@@ -240,21 +277,51 @@ def fault_result(n=80, layers=3, heads=4) -> Result:
     tl = Timeline.from_arrays(steps, series, {})
     first = int(steps[n // 2 + 4])
     summary = {
-        "schema": "ckptscan/1", "ckptscan_version": "0.1.0", "run": "/nonexistent/run", "out": "/tmp/x",
-        "command": ["ckptscan", "analyze", "/nonexistent/run"], "layout": {"family": "mixtral"}, "device": "cpu",
-        "checkpoints": {"analyzed": n, "reused": 0, "steps": steps.tolist(),
-                        "skipped": [{"path": "checkpoint-9", "reason": "truncated safetensors header", "error": True}]},
-        "monitors": tl.names(), "findings": [],
-        "verdict": {"anomalous": True, "earliest_step": first, "fault_type": "lowprec_attention", "confidence": 0.9,
-                    "evidence": [{"monitor": "attn.D2.entropy2", "layer": lay, "head": head,
-                                  "first_alarm_step": int(steps[n // 2 + 4 + k]), "score": 9.1}
-                                 for k, (lay, head) in enumerate([(1, 2), (1, 0), (2, 1), (0, 3), (2, 2)])]
-                    + [{"monitor": "attn.M.entropy2", "layer": 1, "head": 2, "first_alarm_step": first,
-                        "score": 4.0}]},
-        "loss": {"divergence_step": int(steps[-6]), "log_only_alarm_step": int(steps[-5]),
-                 "curve": {"steps": steps.tolist(), "loss": (3 - np.log(steps / 10) * 0.2).tolist(),
-                           "grad_norm": np.geomspace(0.5, 2e4, n).tolist()}},
-        "lead_time_steps": int(steps[-6] - first), "log_only_lead_time_steps": int(steps[-6] - steps[-5]),
+        "schema": "ckptscan/1",
+        "ckptscan_version": "0.1.0",
+        "run": "/nonexistent/run",
+        "out": "/tmp/x",
+        "command": ["ckptscan", "analyze", "/nonexistent/run"],
+        "layout": {"family": "mixtral"},
+        "device": "cpu",
+        "checkpoints": {
+            "analyzed": n,
+            "reused": 0,
+            "steps": steps.tolist(),
+            "skipped": [{"path": "checkpoint-9", "reason": "truncated safetensors header", "error": True}],
+        },
+        "monitors": tl.names(),
+        "findings": [],
+        "verdict": {
+            "anomalous": True,
+            "earliest_step": first,
+            "fault_type": "lowprec_attention",
+            "confidence": 0.9,
+            "evidence": [
+                {
+                    "monitor": "attn.D2.entropy2",
+                    "layer": lay,
+                    "head": head,
+                    "first_alarm_step": int(steps[n // 2 + 4 + k]),
+                    "score": 9.1,
+                }
+                for k, (lay, head) in enumerate([(1, 2), (1, 0), (2, 1), (0, 3), (2, 2)])
+            ]
+            + [
+                {"monitor": "attn.M.entropy2", "layer": 1, "head": 2, "first_alarm_step": first, "score": 4.0}
+            ],
+        },
+        "loss": {
+            "divergence_step": int(steps[-6]),
+            "log_only_alarm_step": int(steps[-5]),
+            "curve": {
+                "steps": steps.tolist(),
+                "loss": (3 - np.log(steps / 10) * 0.2).tolist(),
+                "grad_norm": np.geomspace(0.5, 2e4, n).tolist(),
+            },
+        },
+        "lead_time_steps": int(steps[-6] - first),
+        "log_only_lead_time_steps": int(steps[-6] - steps[-5]),
     }
     return Result(Path("/nonexistent/run"), Path("/tmp/x"), summary, tl, [])
 
@@ -306,12 +373,25 @@ def test_healthy_report_without_loss_or_heads(browser, tmp_path):
     """A result with nothing optional (no log, no head-level series) still renders cleanly."""
     steps = np.arange(1, 11) * 100
     tl = Timeline.from_arrays(steps, {"router.similarity": np.full((10, 2, 1), 0.1)}, {})
-    summary = {"schema": "ckptscan/1", "ckptscan_version": "0.1.0", "run": "/nonexistent", "out": "/tmp/y",
-               "command": [], "checkpoints": {"analyzed": 10, "reused": 0, "steps": steps.tolist(), "skipped": []},
-               "monitors": tl.names(), "findings": [],
-               "verdict": {"anomalous": False, "earliest_step": None, "fault_type": "healthy", "confidence": 0.0,
-                           "evidence": []},
-               "loss": {"divergence_step": None, "log_only_alarm_step": None}, "lead_time_steps": None}
+    summary = {
+        "schema": "ckptscan/1",
+        "ckptscan_version": "0.1.0",
+        "run": "/nonexistent",
+        "out": "/tmp/y",
+        "command": [],
+        "checkpoints": {"analyzed": 10, "reused": 0, "steps": steps.tolist(), "skipped": []},
+        "monitors": tl.names(),
+        "findings": [],
+        "verdict": {
+            "anomalous": False,
+            "earliest_step": None,
+            "fault_type": "healthy",
+            "confidence": 0.0,
+            "evidence": [],
+        },
+        "loss": {"divergence_step": None, "log_only_alarm_step": None},
+        "lead_time_steps": None,
+    }
     path = write_html(Result(Path("/nonexistent"), Path("/tmp/y"), summary, tl, []), tmp_path / "h.html")
     open_report(browser, path)
     assert browser.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 2  # timeline + heatmap
@@ -332,7 +412,8 @@ def test_phone_layout_is_usable_and_charts_keep_their_text_apart(browser, tmp_pa
             return [t.getBoundingClientRect().right, t.parentNode.getBoundingClientRect().right];})()""")
         assert table[0] <= table[1] <= 390, table  # whole, not cut by its box or the screen
         widths = browser.evaluate(
-            "[...document.querySelectorAll('.js-plotly-plot')].map(p => p.getBoundingClientRect().right)")
+            "[...document.querySelectorAll('.js-plotly-plot')].map(p => p.getBoundingClientRect().right)"
+        )
         assert len(widths) == 8 and max(widths) <= 390
         assert text_overlaps(browser) == []
         ARTIFACTS.mkdir(exist_ok=True)
@@ -362,8 +443,10 @@ def test_overlapping_labels_would_be_caught(browser, tmp_path):
 def test_a_network_request_would_be_caught(browser, tmp_path):
     """The checks above can fail: a page that fetches something shows up in requests/problems."""
     page = tmp_path / "bad.html"
-    page.write_text("<html><body><img src='https://cdn.example.com/x.png'>"
-                    "<script>console.error('boom')</script></body></html>")
+    page.write_text(
+        "<html><body><img src='https://cdn.example.com/x.png'>"
+        "<script>console.error('boom')</script></body></html>"
+    )
     browser.events.clear()
     browser.call("Page.navigate", url=page.as_uri())
     browser.wait_event("Page.loadEventFired")

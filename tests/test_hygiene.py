@@ -12,7 +12,9 @@ SOURCES = sorted([*(ROOT / "ckptscan").rglob("*.py"), *(ROOT / "benchmarks").rgl
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").rglob("*.md")])
 # a notes folder beside the repository, which readers of this one do not have
 OUTSIDE = re.compile(r"\bshared/|\bnotes/[\w-]+\.md|monitors\.md,? section")
-MEASURED = re.compile(r"\d+(\.\d+)? ?(ms|µs|MB|GB|MiB/s|GB/s|GFLOP/s)\b|\d+(\.\d+)? ?%|\b\d+(\.\d+)? ?x (faster|cheaper|more|slower)")
+MEASURED = re.compile(
+    r"\d+(\.\d+)? ?(ms|µs|MB|GB|MiB/s|GB/s|GFLOP/s)\b|\d+(\.\d+)? ?%|\b\d+(\.\d+)? ?x (faster|cheaper|more|slower)"
+)
 
 
 def _docstrings(path: Path):
@@ -25,8 +27,12 @@ def _docstrings(path: Path):
 
 
 def test_code_and_docs_cite_nothing_outside_the_repository():
-    bad = [f"{p.relative_to(ROOT)}:{i}" for p in [*SOURCES, *DOCS]
-           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if OUTSIDE.search(line)]
+    bad = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in [*SOURCES, *DOCS]
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
     assert not bad, bad
 
 
@@ -42,6 +48,12 @@ def test_relative_links_in_the_docs_resolve():
 def test_no_measurements_in_docstrings():
     """A measured time, size or speed-up in a docstring goes to docs/performance.md (or the doc of
     its topic), with the command that measured it; the docstring points there."""
-    bad = [f"{p.relative_to(ROOT)}:{name}: {m.group()}" for p in SOURCES if p.is_relative_to(ROOT / "ckptscan")
-           for name, doc in _docstrings(p) for m in [MEASURED.search(doc)] if m]
+    bad = [
+        f"{p.relative_to(ROOT)}:{name}: {m.group()}"
+        for p in SOURCES
+        if p.is_relative_to(ROOT / "ckptscan")
+        for name, doc in _docstrings(p)
+        for m in [MEASURED.search(doc)]
+        if m
+    ]
     assert not bad, bad

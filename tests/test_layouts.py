@@ -29,8 +29,10 @@ def rnd(*shape, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
 
 
 def infos_of(sd: dict[str, torch.Tensor]) -> dict[str, TensorInfo]:
-    return {k: TensorInfo(k, tuple(v.shape), str(v.dtype).removeprefix("torch."), "model.safetensors")
-            for k, v in sd.items()}
+    return {
+        k: TensorInfo(k, tuple(v.shape), str(v.dtype).removeprefix("torch."), "model.safetensors")
+        for k, v in sd.items()
+    }
 
 
 class Recorder:
@@ -58,8 +60,10 @@ def load(block, sd):
 def heads(n_layers=2, H=H, G=G, h=HD, d=D, seed=0, dtype=torch.float32):
     """Per layer: (Wq [H, h, d], Wk [G, h, d], Wv [G, h, d]) -- the unfused truth."""
     g = gen(seed)
-    return [(rnd(H, h, d, g=g, dtype=dtype), rnd(G, h, d, g=g, dtype=dtype), rnd(G, h, d, g=g, dtype=dtype))
-            for _ in range(n_layers)]
+    return [
+        (rnd(H, h, d, g=g, dtype=dtype), rnd(G, h, d, g=g, dtype=dtype), rnd(G, h, d, g=g, dtype=dtype))
+        for _ in range(n_layers)
+    ]
 
 
 def cat_rows(blocks):
@@ -69,7 +73,7 @@ def cat_rows(blocks):
 def assert_attn(layout, truth, sd, *, H=H, G=G, h=HD):
     blocks = [b for b in layout.attention if b.name == "attn"]
     assert [b.layer for b in blocks] == list(range(len(truth)))
-    for b, (wq, wk, _) in zip(blocks, truth):
+    for b, (wq, wk, _) in zip(blocks, truth, strict=False):
         assert (b.n_heads, b.n_kv_heads, b.head_dim) == (H, G, h)
         q, k = load(b, sd)
         torch.testing.assert_close(q, wq.float(), rtol=0, atol=0)
@@ -93,8 +97,14 @@ def hf_llama_sd(truth, prefix="model.", extra=None):
     return sd
 
 
-LLAMA_CFG = {"model_type": "llama", "num_attention_heads": H, "num_key_value_heads": G, "hidden_size": D,
-             "num_hidden_layers": 2, "rope_theta": 500000.0}
+LLAMA_CFG = {
+    "model_type": "llama",
+    "num_attention_heads": H,
+    "num_key_value_heads": G,
+    "hidden_size": D,
+    "num_hidden_layers": 2,
+    "rope_theta": 500000.0,
+}
 
 
 # ------------------------------------------------------------------ HF separate q/k families
@@ -123,8 +133,13 @@ def test_llama_without_config_needs_heads():
 
 def test_rope_parameters_and_head_dim_fallback():
     sd = hf_llama_sd(heads())
-    cfg = {"model_type": "llama", "num_attention_heads": H, "num_key_value_heads": G, "hidden_size": D,
-           "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}}
+    cfg = {
+        "model_type": "llama",
+        "num_attention_heads": H,
+        "num_key_value_heads": G,
+        "hidden_size": D,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+    }
     lay = resolve_layout(infos_of(sd), cfg)
     assert lay.config.rope_theta == 1e6 and lay.config.partial_rotary_factor == 0.5
     assert lay.config.head_dim == D // H  # hidden_size / heads when head_dim is absent
@@ -143,7 +158,7 @@ def test_qwen3_per_head_norm_folded_into_rows():
     cfg = dict(LLAMA_CFG, model_type="qwen3", head_dim=HD)
     lay = resolve_layout(infos_of(sd), cfg)
     assert lay.family == "llama" and lay.config.qk_norm
-    for b, (wq, wk, _) in zip(lay.attention, truth):
+    for b, (wq, wk, _) in zip(lay.attention, truth, strict=False):
         q, k = load(b, sd)
         for j in range(H):
             torch.testing.assert_close(q[j], torch.diag(gq[b.layer]) @ wq[j])
@@ -179,10 +194,16 @@ def router_rows(seed=3, E=E, d=D):
 def test_mixtral_router():
     truth = heads()
     routers = [router_rows(10 + i) for i in range(2)]
-    sd = hf_llama_sd(truth, extra=lambda i, p: {p + "block_sparse_moe.gate.weight": routers[i],
-                                                p + "block_sparse_moe.experts.0.w1.weight": torch.zeros(64, D)})
-    lay = resolve_layout(infos_of(sd), dict(LLAMA_CFG, model_type="mixtral", num_local_experts=E,
-                                           num_experts_per_tok=2))
+    sd = hf_llama_sd(
+        truth,
+        extra=lambda i, p: {
+            p + "block_sparse_moe.gate.weight": routers[i],
+            p + "block_sparse_moe.experts.0.w1.weight": torch.zeros(64, D),
+        },
+    )
+    lay = resolve_layout(
+        infos_of(sd), dict(LLAMA_CFG, model_type="mixtral", num_local_experts=E, num_experts_per_tok=2)
+    )
     assert lay.family == "mixtral"
     assert [r.layer for r in lay.routers] == [0, 1]
     r = lay.routers[1]
@@ -198,14 +219,19 @@ def test_qwen2_moe_shared_expert_gate_is_not_the_router():
     routers = [router_rows(20 + i) for i in range(2)]
 
     def extra(i, p):
-        return {p + "mlp.gate.weight": routers[i], p + "mlp.shared_expert_gate.weight": torch.ones(1, D),
-                p + "mlp.shared_expert.gate_proj.weight": torch.zeros(64, D)}
+        return {
+            p + "mlp.gate.weight": routers[i],
+            p + "mlp.shared_expert_gate.weight": torch.ones(1, D),
+            p + "mlp.shared_expert.gate_proj.weight": torch.zeros(64, D),
+        }
 
     sd = hf_llama_sd(truth, extra=extra)
     lay = resolve_layout(infos_of(sd), dict(LLAMA_CFG, model_type="qwen2_moe", num_experts=E))
     assert lay.family == "qwen-moe"
-    assert [r.tensors for r in lay.routers] == [("model.layers.0.mlp.gate.weight",),
-                                                ("model.layers.1.mlp.gate.weight",)]
+    assert [r.tensors for r in lay.routers] == [
+        ("model.layers.0.mlp.gate.weight",),
+        ("model.layers.1.mlp.gate.weight",),
+    ]
     w, _ = load(lay.routers[0], sd)
     torch.testing.assert_close(w, routers[0])
 
@@ -218,28 +244,42 @@ def test_olmoe_whole_projection_norm_and_router():
     routers = [router_rows(30 + i) for i in range(2)]
 
     def extra(i, p):
-        return {p + "self_attn.q_norm.weight": gq[i], p + "self_attn.k_norm.weight": gk[i],
-                p + "mlp.gate.weight": routers[i]}
+        return {
+            p + "self_attn.q_norm.weight": gq[i],
+            p + "self_attn.k_norm.weight": gk[i],
+            p + "mlp.gate.weight": routers[i],
+        }
 
     sd = hf_llama_sd(truth, extra=extra)
-    cfg = {"model_type": "olmoe", "num_attention_heads": H, "num_key_value_heads": H, "hidden_size": D,
-           "num_experts": E, "num_experts_per_tok": 2}
+    cfg = {
+        "model_type": "olmoe",
+        "num_attention_heads": H,
+        "num_key_value_heads": H,
+        "hidden_size": D,
+        "num_experts": E,
+        "num_experts_per_tok": 2,
+    }
     lay = resolve_layout(infos_of(sd), cfg)
     assert lay.family == "qwen-moe" and lay.routers[0].n_experts == E
     assert any("whole projection" in n for n in lay.notes)
     q, k = load(lay.attention[0], sd)
     for j in range(H):
-        torch.testing.assert_close(q[j], torch.diag(gq[0][j * HD:(j + 1) * HD]) @ truth[0][0][j])
-        torch.testing.assert_close(k[j], torch.diag(gk[0][j * HD:(j + 1) * HD]) @ truth[0][1][j])
+        torch.testing.assert_close(q[j], torch.diag(gq[0][j * HD : (j + 1) * HD]) @ truth[0][0][j])
+        torch.testing.assert_close(k[j], torch.diag(gk[0][j * HD : (j + 1) * HD]) @ truth[0][1][j])
 
 
 def test_gpt_oss_router_bias_topk_softmax():
     truth = heads()
     routers = [router_rows(40 + i) for i in range(2)]
     biases = [rnd(E, g=gen(50 + i)) for i in range(2)]
-    sd = hf_llama_sd(truth, extra=lambda i, p: {p + "mlp.router.weight": routers[i],
-                                                p + "mlp.router.bias": biases[i],
-                                                p + "self_attn.sinks": torch.zeros(H)})
+    sd = hf_llama_sd(
+        truth,
+        extra=lambda i, p: {
+            p + "mlp.router.weight": routers[i],
+            p + "mlp.router.bias": biases[i],
+            p + "self_attn.sinks": torch.zeros(H),
+        },
+    )
     lay = resolve_layout(infos_of(sd), dict(LLAMA_CFG, model_type="gpt_oss", num_local_experts=E))
     assert lay.family == "gpt-oss"
     r = lay.routers[1]
@@ -286,11 +326,21 @@ def deepseek_sd(n_layers=3, q_lora=True, first_dense=1, v3=True, seed=8, fp8=Fal
                 t["bias"] = rnd(E, g=g)
                 sd[m + "gate.e_score_correction_bias"] = t["bias"]
         parts.append(t)
-    cfg = {"model_type": "deepseek_v3" if v3 else "deepseek_v2", "num_attention_heads": H,
-           "num_key_value_heads": H, "hidden_size": D, "q_lora_rank": QL if q_lora else None,
-           "kv_lora_rank": KVL, "qk_nope_head_dim": NOPE, "qk_rope_head_dim": ROPE, "v_head_dim": VD,
-           "n_routed_experts": E, "num_experts_per_tok": 2, "first_k_dense_replace": first_dense,
-           "scoring_func": "sigmoid" if v3 else "softmax"}
+    cfg = {
+        "model_type": "deepseek_v3" if v3 else "deepseek_v2",
+        "num_attention_heads": H,
+        "num_key_value_heads": H,
+        "hidden_size": D,
+        "q_lora_rank": QL if q_lora else None,
+        "kv_lora_rank": KVL,
+        "qk_nope_head_dim": NOPE,
+        "qk_rope_head_dim": ROPE,
+        "v_head_dim": VD,
+        "n_routed_experts": E,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": first_dense,
+        "scoring_func": "sigmoid" if v3 else "softmax",
+    }
     return sd, parts, cfg
 
 
@@ -305,8 +355,8 @@ def mla_reference(t):
     k_pe = t["kv_a"][KVL:]
     m_nope, m_rope = [], []
     for j in range(H):
-        qj = q_full[j * (NOPE + ROPE):(j + 1) * (NOPE + ROPE)]
-        kj = k_full[j * (NOPE + VD):(j + 1) * (NOPE + VD)]
+        qj = q_full[j * (NOPE + ROPE) : (j + 1) * (NOPE + ROPE)]
+        kj = k_full[j * (NOPE + VD) : (j + 1) * (NOPE + VD)]
         m_nope.append(qj[:NOPE].T @ kj[:NOPE])
         m_rope.append(qj[NOPE:].T @ k_pe)
     return m_nope, m_rope
@@ -371,8 +421,10 @@ def test_fp8_block_scales_dequantised():
         for c in range(w8.shape[1]):
             ref[r, c] = w8[r, c].float() * scale[r // 8, c // 4]
     kv_b = ref.reshape(H, NOPE + VD, KVL)
-    lat = sd["model.layers.0.self_attn.kv_a_layernorm.weight"][:, None] * \
-        sd["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"][:KVL]
+    lat = (
+        sd["model.layers.0.self_attn.kv_a_layernorm.weight"][:, None]
+        * sd["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"][:KVL]
+    )
     _, wk = load(block, sd)
     torch.testing.assert_close(wk[2], kv_b[2, :NOPE] @ lat)
 
@@ -421,8 +473,13 @@ def test_gpt_neox_per_head_and_partial_rotary():
     truth = heads(G=H, seed=12)
     sd = {f"gpt_neox.layers.{i}.attention.query_key_value.weight": neox_fuse(*t) for i, t in enumerate(truth)}
     sd.update({f"gpt_neox.layers.{i}.attention.dense.weight": torch.zeros(D, D) for i in range(2)})
-    cfg = {"model_type": "gpt_neox", "num_attention_heads": H, "hidden_size": D, "rotary_pct": 0.25,
-           "rotary_emb_base": 10000}
+    cfg = {
+        "model_type": "gpt_neox",
+        "num_attention_heads": H,
+        "hidden_size": D,
+        "rotary_pct": 0.25,
+        "rotary_emb_base": 10000,
+    }
     lay = resolve_layout(infos_of(sd), cfg)
     assert lay.family == "gpt-neox"
     assert lay.config.partial_rotary_factor == 0.25 and lay.config.rope_theta == 10000
@@ -431,10 +488,14 @@ def test_gpt_neox_per_head_and_partial_rotary():
 
 def test_phi3_contiguous_gqa():
     truth = heads(seed=13)
-    sd = {f"model.layers.{i}.self_attn.qkv_proj.weight": torch.cat([cat_rows(q), cat_rows(k), cat_rows(v)], 0)
-          for i, (q, k, v) in enumerate(truth)}
-    lay = resolve_layout(infos_of(sd), {"model_type": "phi3", "num_attention_heads": H,
-                                        "num_key_value_heads": G, "hidden_size": D})
+    sd = {
+        f"model.layers.{i}.self_attn.qkv_proj.weight": torch.cat([cat_rows(q), cat_rows(k), cat_rows(v)], 0)
+        for i, (q, k, v) in enumerate(truth)
+    }
+    lay = resolve_layout(
+        infos_of(sd),
+        {"model_type": "phi3", "num_attention_heads": H, "num_key_value_heads": G, "hidden_size": D},
+    )
     assert lay.family == "phi3"
     assert_attn(lay, truth, sd)
 
@@ -446,8 +507,14 @@ def falcon_sd(truth, fuse):
 def test_falcon_new_decoder_architecture():
     truth = heads(seed=14)
     sd = falcon_sd(truth, per_group_fuse)
-    cfg = {"model_type": "falcon", "num_attention_heads": H, "num_kv_heads": G, "hidden_size": D,
-           "new_decoder_architecture": True, "multi_query": True}
+    cfg = {
+        "model_type": "falcon",
+        "num_attention_heads": H,
+        "num_kv_heads": G,
+        "hidden_size": D,
+        "new_decoder_architecture": True,
+        "multi_query": True,
+    }
     lay = resolve_layout(infos_of(sd), cfg)
     assert lay.family == "falcon"
     assert_attn(lay, truth, sd)
@@ -456,8 +523,13 @@ def test_falcon_new_decoder_architecture():
 def test_falcon_multi_query():
     truth = heads(G=1, seed=15)
     sd = falcon_sd(truth, lambda q, k, v: torch.cat([cat_rows(q), k[0], v[0]], 0))
-    cfg = {"model_type": "falcon", "num_attention_heads": H, "hidden_size": D, "multi_query": True,
-           "new_decoder_architecture": False}
+    cfg = {
+        "model_type": "falcon",
+        "num_attention_heads": H,
+        "hidden_size": D,
+        "multi_query": True,
+        "new_decoder_architecture": False,
+    }
     lay = resolve_layout(infos_of(sd), cfg)
     assert_attn(lay, truth, sd, G=1)
 
@@ -524,7 +596,7 @@ def test_megatron_core_needs_heads_then_splits_per_group(tmp_path):
         resolve_layout(infos_of(sd), None)
     lay = resolve_layout(infos_of(sd), None, write(tmp_path, "[model]\nheads = 4\nkv_heads = 2\n"))
     assert lay.family == "megatron-core"
-    for b, (wq, wk, _) in zip(lay.attention, truth):
+    for b, (wq, wk, _) in zip(lay.attention, truth, strict=False):
         q, k = load(b, sd)
         for j in range(H):
             torch.testing.assert_close(q[j], torch.diag(norms[b.layer][0]) @ wq[j])
@@ -591,9 +663,16 @@ def test_olmo_core_flat_router_nested_config():
     truth = heads(seed=22)
     routers = [router_rows(90 + i) for i in range(2)]
     sd = olmo_core_sd(truth, routers, with_norm=False)
-    cfg = {"model": {"d_model": D, "n_layers": 2,
-                     "block": {"attention": {"n_heads": H, "n_kv_heads": G},
-                               "feed_forward_moe": {"num_experts": E, "router": {"top_k": 2}}}}}
+    cfg = {
+        "model": {
+            "d_model": D,
+            "n_layers": 2,
+            "block": {
+                "attention": {"n_heads": H, "n_kv_heads": G},
+                "feed_forward_moe": {"num_experts": E, "router": {"top_k": 2}},
+            },
+        }
+    }
     lay = resolve_layout(infos_of(sd), cfg)
     assert lay.family == "olmo-core"
     assert_attn(lay, truth, sd)
@@ -624,8 +703,16 @@ def test_olmo_core_expert_count_disagrees():
 # ------------------------------------------------------------------ prefixes, validation, errors
 
 
-@pytest.mark.parametrize("prefix", ["module.model.", "_orig_mod.model.", "model.model.",
-                                    "model._orig_mod.model.", "module._orig_mod.transformer."])
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "module.model.",
+        "_orig_mod.model.",
+        "model.model.",
+        "model._orig_mod.model.",
+        "module._orig_mod.transformer.",
+    ],
+)
 def test_wrapper_prefixes(prefix):
     truth = heads(seed=24)
     sd = hf_llama_sd(truth, prefix=prefix)
@@ -637,8 +724,12 @@ def test_wrapper_prefixes(prefix):
 
 def test_fsdp_wrapper_segments_inside_names():
     truth = heads(seed=25)
-    sd = {k.replace(".self_attn.", "._checkpoint_wrapped_module.self_attn.")
-          .replace("model.", "_fsdp_wrapped_module.model.", 1): v for k, v in hf_llama_sd(truth).items()}
+    sd = {
+        k.replace(".self_attn.", "._checkpoint_wrapped_module.self_attn.").replace(
+            "model.", "_fsdp_wrapped_module.model.", 1
+        ): v
+        for k, v in hf_llama_sd(truth).items()
+    }
     assert "_fsdp_wrapped_module.model.layers.0._checkpoint_wrapped_module.self_attn.q_proj.weight" in sd
     lay = resolve_layout(infos_of(sd), LLAMA_CFG)
     assert_attn(lay, truth, sd)
@@ -649,9 +740,19 @@ def test_multimodal_picks_language_model_prefix():
     sd = hf_llama_sd(truth, prefix="model.language_model.")
     vision = hf_llama_sd(heads(n_layers=3, G=H, seed=27), prefix="model.vision_tower.encoder.")
     sd.update(vision)
-    lay = resolve_layout(infos_of(sd), {"model_type": "llava", "text_config": {
-        "model_type": "llama", "num_attention_heads": H, "num_key_value_heads": G, "hidden_size": D},
-        "vision_config": {"num_attention_heads": 99, "hidden_size": 77}})
+    lay = resolve_layout(
+        infos_of(sd),
+        {
+            "model_type": "llava",
+            "text_config": {
+                "model_type": "llama",
+                "num_attention_heads": H,
+                "num_key_value_heads": G,
+                "hidden_size": D,
+            },
+            "vision_config": {"num_attention_heads": 99, "hidden_size": 77},
+        },
+    )
     assert lay.family == "llama" and len(lay.attention) == 2
     assert_attn(lay, truth, sd)
 
@@ -692,7 +793,9 @@ def test_user_layout_file_separate_and_router(tmp_path):
         sd[f"net.blocks.{i}.attn.q.weight"], sd[f"net.blocks.{i}.attn.k.weight"] = cat_rows(wq), cat_rows(wk)
         sd[f"net.blocks.{i}.attn.v.weight"] = cat_rows(wv)
         sd[f"net.blocks.{i}.moe.gate.weight"] = routers[i]
-    f = write(tmp_path, r"""
+    f = write(
+        tmp_path,
+        r"""
 [model]
 heads = 4
 kv_heads = 2
@@ -702,7 +805,8 @@ q = 'net\.blocks\.(\d+)\.attn\.q\.weight'
 k = 'net\.blocks\.(\d+)\.attn\.k\.weight'
 router = 'net\.blocks\.(?P<layer>\d+)\.moe\.gate\.weight'
 routing = "topk_softmax"
-""")
+""",
+    )
     lay = resolve_layout(infos_of(sd), None, f)
     assert lay.family == "layout-file"
     assert_attn(lay, truth, sd)
@@ -710,32 +814,44 @@ routing = "topk_softmax"
     torch.testing.assert_close(load(lay.routers[1], sd)[0], routers[1])
 
 
-@pytest.mark.parametrize("order,fuse,kv", [("per_group", per_group_fuse, G), ("per_head", neox_fuse, H),
-                                           ("contiguous", lambda q, k, v: cat_rows([q, k, v]), G)])
+@pytest.mark.parametrize(
+    "order,fuse,kv",
+    [
+        ("per_group", per_group_fuse, G),
+        ("per_head", neox_fuse, H),
+        ("contiguous", lambda q, k, v: cat_rows([q, k, v]), G),
+    ],
+)
 def test_user_layout_file_fused(tmp_path, order, fuse, kv):
     truth = heads(G=kv, seed=29)
     sd = {f"blk{i}.qkv.w": fuse(*t) for i, t in enumerate(truth)}
-    f = write(tmp_path, f"[model]\nheads = 4\nkv_heads = {kv}\n[roles]\nqkv = 'blk(\\d+)\\.qkv\\.w'\n"
-                        f"qkv_order = \"{order}\"\n")
+    f = write(
+        tmp_path,
+        f"[model]\nheads = 4\nkv_heads = {kv}\n[roles]\nqkv = 'blk(\\d+)\\.qkv\\.w'\n"
+        f'qkv_order = "{order}"\n',
+    )
     lay = resolve_layout(infos_of(sd), None, f)
     assert_attn(lay, truth, sd, G=kv)
 
 
-@pytest.mark.parametrize("text,pattern", [
-    ("[roles]\nq = 'a(\\d+)'\nk = 'b(\\d+)'\nvalue = 'c(\\d+)'\n", r"unknown key \[roles\] value"),
-    ("[model]\nheds = 4\n", r"unknown key \[model\] heds"),
-    ("[modle]\n", r"unknown table"),
-    ("[roles]\nq = 'a\\.q'\nk = 'a\\.k'\n", r"one group capturing the layer"),
-    ("[roles]\nq = 'a(\\d+'\nk = 'b(\\d+)'\n", r"bad regex"),
-    ("[roles]\nq = 'nothing(\\d+)'\nk = 'b(\\d+)'\n", r"\[roles\] q = .* matches no tensor"),
-    ("[roles]\nqkv = 'x(\\d+)'\n", r"qkv_order"),
-    ("[roles]\nqkv = 'x(\\d+)'\nqkv_order = 'zigzag'\n", r"qkv_order = 'zigzag'"),
-    ("[roles]\nrouter = 'x(\\d+)'\nrouting = 'fancy'\n", r"routing = 'fancy'"),
-    ("[model]\nheads = 'four'\n", r"heads = 'four': expected int"),
-    ("[model]\nheads = 0\n", r"positive"),
-    ("[model]\nfamily = 'nope'\n", r"not a known family"),
-    ("heads = [\n", r"not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,pattern",
+    [
+        ("[roles]\nq = 'a(\\d+)'\nk = 'b(\\d+)'\nvalue = 'c(\\d+)'\n", r"unknown key \[roles\] value"),
+        ("[model]\nheds = 4\n", r"unknown key \[model\] heds"),
+        ("[modle]\n", r"unknown table"),
+        ("[roles]\nq = 'a\\.q'\nk = 'a\\.k'\n", r"one group capturing the layer"),
+        ("[roles]\nq = 'a(\\d+'\nk = 'b(\\d+)'\n", r"bad regex"),
+        ("[roles]\nq = 'nothing(\\d+)'\nk = 'b(\\d+)'\n", r"\[roles\] q = .* matches no tensor"),
+        ("[roles]\nqkv = 'x(\\d+)'\n", r"qkv_order"),
+        ("[roles]\nqkv = 'x(\\d+)'\nqkv_order = 'zigzag'\n", r"qkv_order = 'zigzag'"),
+        ("[roles]\nrouter = 'x(\\d+)'\nrouting = 'fancy'\n", r"routing = 'fancy'"),
+        ("[model]\nheads = 'four'\n", r"heads = 'four': expected int"),
+        ("[model]\nheads = 0\n", r"positive"),
+        ("[model]\nfamily = 'nope'\n", r"not a known family"),
+        ("heads = [\n", r"not valid TOML"),
+    ],
+)
 def test_user_layout_file_errors(tmp_path, text, pattern):
     sd = {"b0": torch.zeros(8, 8), "x0": torch.zeros(8, 8)}
     f = write(tmp_path, text)
@@ -747,14 +863,16 @@ def test_user_layout_file_errors(tmp_path, text, pattern):
 def test_layout_file_family_forces_registry_entry(tmp_path):
     truth = heads(G=H, seed=30)
     sd = falcon_sd(truth, neox_fuse)
-    lay = resolve_layout(infos_of(sd), None,
-                         write(tmp_path, "[model]\nfamily = 'bloom'\nheads = 4\nhidden_size = 32\n"))
+    lay = resolve_layout(
+        infos_of(sd), None, write(tmp_path, "[model]\nfamily = 'bloom'\nheads = 4\nhidden_size = 32\n")
+    )
     assert lay.family == "bloom"
     assert_attn(lay, truth, sd, G=H)
 
 
 def test_registry_entries_are_documented():
     from pathlib import Path
+
     doc = (Path(__file__).resolve().parents[1] / "docs" / "layouts.md").read_text()
     for fam in FAMILIES:
         assert f"`{fam.name}`" in doc, fam.name
@@ -762,13 +880,16 @@ def test_registry_entries_are_documented():
 
 def test_torchtitan_mla_same_split_as_deepseek(tmp_path):
     sd_hf, parts, _ = deepseek_sd(n_layers=2, first_dense=0, v3=True, seed=31)
-    rename = {"self_attn.q_a_proj.weight": "attention.wq_a.weight",
-              "self_attn.q_a_layernorm.weight": "attention.q_norm.weight",
-              "self_attn.q_b_proj.weight": "attention.wq_b.weight",
-              "self_attn.kv_a_proj_with_mqa.weight": "attention.wkv_a.weight",
-              "self_attn.kv_a_layernorm.weight": "attention.kv_norm.weight",
-              "self_attn.kv_b_proj.weight": "attention.wkv_b.weight",
-              "mlp.gate.weight": "moe.router.gate.weight", "mlp.gate.e_score_correction_bias": "moe.expert_bias"}
+    rename = {
+        "self_attn.q_a_proj.weight": "attention.wq_a.weight",
+        "self_attn.q_a_layernorm.weight": "attention.q_norm.weight",
+        "self_attn.q_b_proj.weight": "attention.wq_b.weight",
+        "self_attn.kv_a_proj_with_mqa.weight": "attention.wkv_a.weight",
+        "self_attn.kv_a_layernorm.weight": "attention.kv_norm.weight",
+        "self_attn.kv_b_proj.weight": "attention.wkv_b.weight",
+        "mlp.gate.weight": "moe.router.gate.weight",
+        "mlp.gate.e_score_correction_bias": "moe.expert_bias",
+    }
     sd = {}
     for k, v in sd_hf.items():
         for a, b in rename.items():
@@ -786,6 +907,7 @@ def test_torchtitan_mla_same_split_as_deepseek(tmp_path):
 
 def test_many_expert_tensors_resolve_fast():
     import time
+
     truth = heads(n_layers=4, seed=32)
     sd = hf_llama_sd(truth, extra=lambda i, p: {p + "mlp.gate.weight": torch.zeros(E, D)})
     infos = infos_of(sd)
@@ -804,11 +926,14 @@ def test_megatron_dist_stacked_layers():
     truth = heads(n_layers=3, seed=33)
     routers = [router_rows(110 + i) for i in range(3)]
     per_layer = megatron_sd(truth, routers)
-    sd = {"decoder.layers.self_attention.linear_qkv.weight":
-          torch.stack([per_layer[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] for i in range(3)]),
-          "decoder.layers.mlp.router.weight": torch.stack(routers),
-          "decoder.layers.self_attention.linear_proj.weight": torch.zeros(3, D, H * HD),
-          "embedding.word_embeddings.weight": torch.zeros(50, D)}
+    sd = {
+        "decoder.layers.self_attention.linear_qkv.weight": torch.stack(
+            [per_layer[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] for i in range(3)]
+        ),
+        "decoder.layers.mlp.router.weight": torch.stack(routers),
+        "decoder.layers.self_attention.linear_proj.weight": torch.zeros(3, D, H * HD),
+        "embedding.word_embeddings.weight": torch.zeros(50, D),
+    }
     lay = resolve_layout(infos_of(sd), {"num_attention_heads": H, "num_query_groups": G})
     assert lay.family == "megatron-core-dist"
     assert_attn(lay, truth, sd)
@@ -819,14 +944,20 @@ def test_megatron_dist_stacked_layers():
 def test_load_reads_only_what_it_needs():
     truth = heads(seed=34)
     g = gen(35)
-    sd = hf_llama_sd(truth, extra=lambda i, p: {p + "self_attn.q_norm.weight": rnd(HD, g=g),
-                                                p + "self_attn.k_norm.weight": rnd(HD, g=g),
-                                                p + "mlp.gate.weight": rnd(E, D, g=g)})
+    sd = hf_llama_sd(
+        truth,
+        extra=lambda i, p: {
+            p + "self_attn.q_norm.weight": rnd(HD, g=g),
+            p + "self_attn.k_norm.weight": rnd(HD, g=g),
+            p + "mlp.gate.weight": rnd(E, D, g=g),
+        },
+    )
     lay = resolve_layout(infos_of(sd), dict(LLAMA_CFG, model_type="qwen3_moe", head_dim=HD))
     rec = Recorder(sd)
     lay.attention[1].load(rec)
-    assert sorted(rec.seen) == sorted(f"model.layers.1.self_attn.{r}.weight"
-                                      for r in ("q_proj", "k_proj", "q_norm", "k_norm"))
+    assert sorted(rec.seen) == sorted(
+        f"model.layers.1.self_attn.{r}.weight" for r in ("q_proj", "k_proj", "q_norm", "k_norm")
+    )
     rec = Recorder(sd)
     lay.routers[0].load(rec)
     assert rec.seen == ["model.layers.0.mlp.gate.weight"]

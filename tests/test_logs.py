@@ -83,7 +83,9 @@ def test_divergence_agrees_with_drills():
     rng = np.random.default_rng(0)
     for _ in range(50):
         n = 200
-        loss = (3 + 0.3 * rng.standard_normal(n) + np.where(np.arange(n) > rng.integers(50, 250), 2.0, 0)).tolist()
+        loss = (
+            3 + 0.3 * rng.standard_normal(n) + np.where(np.arange(n) > rng.integers(50, 250), 2.0, 0)
+        ).tolist()
         steps = list(range(1, n + 1))
         assert logs.divergence_step(steps, loss) == drills.divergence_step(steps, loss)
 
@@ -145,11 +147,15 @@ def test_log_only_alarm_steps_are_every_reference_alarm(tmp_path):
     loss[300:] += 2.0  # diverges
     c = logs.LossCurve(None, steps, loss, g, None)
     rl, rg = ref_spike(loss.tolist()), ref_spike(g.tolist())
-    want = [int(s) for s, a, b in zip(steps, rl, rg) if a or b]
+    want = [int(s) for s, a, b in zip(steps, rl, rg, strict=False) if a or b]
     assert logs.log_only_alarm_steps(c) == want and want[:3] == [141, 181, 251]
     assert logs.log_only_alarm(c) == want[0]
-    (tmp_path / "metrics.jsonl").write_text("\n".join(
-        json.dumps({"step": int(s), "loss": float(lv), "grad_norm": float(gv)}) for s, lv, gv in zip(steps, loss, g)))
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(
+            json.dumps({"step": int(s), "loss": float(lv), "grad_norm": float(gv)})
+            for s, lv, gv in zip(steps, loss, g, strict=False)
+        )
+    )
     summ = logs.summarize(tmp_path)
     div = summ["divergence_step"]
     assert div is not None and div > 300
@@ -188,7 +194,9 @@ def test_trainer_state_newest_checkpoint(tmp_path):
     run = tmp_path / "run"
 
     def state(n, last_loss):
-        hist = [{"step": s, "loss": 2.0, "grad_norm": 1.0, "learning_rate": 1e-4} for s in range(10, n + 1, 10)]
+        hist = [
+            {"step": s, "loss": 2.0, "grad_norm": 1.0, "learning_rate": 1e-4} for s in range(10, n + 1, 10)
+        ]
         hist.append({"step": n, "eval_loss": 1.0})
         hist.append({"step": n + 5, "loss": last_loss})
         hist.append({"step": n, "train_runtime": 1.0, "train_loss": "oops"})  # summary line: bad value
@@ -210,7 +218,9 @@ def test_trainer_state_newest_checkpoint(tmp_path):
 
 def test_csv(tmp_path):
     p = tmp_path / "log.csv"
-    p.write_text("step,loss,grad_norm,lr\n1,3.0,1.0,0.1\n2,nan,,0.1\n3,abc,1,1\n4,,1,1\n5,2.0,1.0,0.1,extra\n6,1.5,0.5,0.1\n")
+    p.write_text(
+        "step,loss,grad_norm,lr\n1,3.0,1.0,0.1\n2,nan,,0.1\n3,abc,1,1\n4,,1,1\n5,2.0,1.0,0.1,extra\n6,1.5,0.5,0.1\n"
+    )
     c = logs.read_log(p)
     assert c.steps.tolist() == [1, 2, 6]
     assert math.isnan(c.loss[1])
@@ -226,7 +236,11 @@ def test_csv_without_loss_column(tmp_path):
 
 
 def test_garbage_files_never_raise(tmp_path):
-    for name, content in [("a.jsonl", b"\xff\xfe\x00garbage"), ("trainer_state.json", b"[1,2"), ("b.csv", b"\x00\x01")]:
+    for name, content in [
+        ("a.jsonl", b"\xff\xfe\x00garbage"),
+        ("trainer_state.json", b"[1,2"),
+        ("b.csv", b"\x00\x01"),
+    ]:
         p = tmp_path / name
         p.write_bytes(content)
         c = logs.read_log(p)

@@ -104,7 +104,9 @@ def test_lowrank_sq_singular_values_matches_svd():
 def test_psd_product_eigvals_rank_deficient_falls_back():
     """A Gram with zero columns (a zero update) cannot be Cholesky-factored; the fallback must agree."""
     g = torch.Generator().manual_seed(4)
-    a = torch.cat([torch.randn(30, 2, generator=g, dtype=torch.float64), torch.zeros(30, 3, dtype=torch.float64)], 1)
+    a = torch.cat(
+        [torch.randn(30, 2, generator=g, dtype=torch.float64), torch.zeros(30, 3, dtype=torch.float64)], 1
+    )
     b = torch.randn(30, 5, generator=g, dtype=torch.float64)
     got = psd_product_eigvals(a.T @ a, b.T @ b)
     ref = sv(a.numpy() @ b.numpy().T)[:5] ** 2
@@ -118,7 +120,9 @@ def test_entropy_edge_cases():
     assert spectral_entropy(one, 1.0).item() == pytest.approx(0.0)
     assert stable_rank(flat).item() == pytest.approx(8.0)
     s = np.array([3.0, 2.0, 1.0, 0.5])
-    assert spectral_entropy(torch.from_numpy(s[None] ** 2), 1.0).item() == pytest.approx(entropy_from_sv(s, 1, 4))
+    assert spectral_entropy(torch.from_numpy(s[None] ** 2), 1.0).item() == pytest.approx(
+        entropy_from_sv(s, 1, 4)
+    )
 
 
 @pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-8), (torch.float32, 1e-4)])
@@ -147,8 +151,12 @@ def test_grams_carried_over_many_checkpoints_do_not_drift():
         _, grams = attention.pair_monitors(wq, wk, wq1, wk1, kv, grams)
         wq, wk = wq1, wk1
     direct = Grams.of(wq.double(), wk.double())
-    np.testing.assert_allclose(grams.q.numpy(), direct.q.numpy(), rtol=1e-5, atol=1e-5 * direct.q.abs().max().item())
-    np.testing.assert_allclose(grams.k.numpy(), direct.k.numpy(), rtol=1e-5, atol=1e-5 * direct.k.abs().max().item())
+    np.testing.assert_allclose(
+        grams.q.numpy(), direct.q.numpy(), rtol=1e-5, atol=1e-5 * direct.q.abs().max().item()
+    )
+    np.testing.assert_allclose(
+        grams.k.numpy(), direct.k.numpy(), rtol=1e-5, atol=1e-5 * direct.k.abs().max().item()
+    )
 
 
 def test_nonfinite_count_exact():
@@ -174,10 +182,13 @@ def test_workspace_path_equals_plain_path_and_leaves_inputs_alone(dtype):
         kv = torch.arange(H) // (H // G)
         plain, g_plain = attention.pair_monitors(*ws_in, kv)
         got, g_ws = attention.pair_monitors(*ws_in, kv, None, ws)
-        for a, b in zip(ws_in, keep):
+        for a, b in zip(ws_in, keep, strict=False):
             assert torch.equal(a, b)
         for k in plain:
             np.testing.assert_allclose(got[k].numpy(), plain[k].numpy(), rtol=1e-12, err_msg=k)
         np.testing.assert_allclose(g_ws.q.numpy(), g_plain.q.numpy(), rtol=1e-12)
-        np.testing.assert_allclose(attention.Grams.of(ws_in[0], ws_in[1], ws).k.numpy(),
-                                   attention.Grams.of(ws_in[0], ws_in[1]).k.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(
+            attention.Grams.of(ws_in[0], ws_in[1], ws).k.numpy(),
+            attention.Grams.of(ws_in[0], ws_in[1]).k.numpy(),
+            rtol=1e-12,
+        )

@@ -52,14 +52,23 @@ def test_analyze_each_format_matches_reference(tmp_path, fmt):
         q0, k0 = _heads(sds[1], layer)
         q1, k1 = _heads(sds[2], layer)
         ref = attention_reference(q0, k0, q1, k1)
-        for name in ("M.entropy2", "M.spectral_norm", "D2.entropy2", "D2.entropy1", "D3_over_D2", "q.update_ratio"):
+        for name in (
+            "M.entropy2",
+            "M.spectral_norm",
+            "D2.entropy2",
+            "D2.entropy1",
+            "D3_over_D2",
+            "q.update_ratio",
+        ):
             got = res.timeline.get(f"attn.{name}")[2, layer, :]
             np.testing.assert_allclose(got, ref[name], rtol=1e-4, err_msg=f"{fmt} layer {layer} {name}")
         w0 = sds[1][f"model.layers.{layer}.block_sparse_moe.gate.weight"].numpy()
         w1 = sds[2][f"model.layers.{layer}.block_sparse_moe.gate.weight"].numpy()
         rref = router_reference(w0, w1)
         for name in ("similarity", "W.entropy2", "dW.entropy2", "update_ratio"):
-            assert res.timeline.get(f"router.{name}")[2, layer, 0] == pytest.approx(rref[name], rel=1e-4), name
+            assert res.timeline.get(f"router.{name}")[2, layer, 0] == pytest.approx(rref[name], rel=1e-4), (
+                name
+            )
     # pair monitors are undefined at the first checkpoint
     assert np.isnan(res.timeline.get("attn.D2.entropy2")[0]).all()
 
@@ -154,7 +163,8 @@ def test_cli_errors_are_one_line(tmp_path):
     r = runner.invoke(main, ["analyze", str(tmp_path), "--steps", "x"])
     assert r.exit_code == 2
     assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
-        "ckptscan: error: --steps 'x': expected START:END, e.g. 1000:5000 or :5000"]
+        "ckptscan: error: --steps 'x': expected START:END, e.g. 1000:5000 or :5000"
+    ]
     r = runner.invoke(main, ["analyze", str(tmp_path), "--every", "0"])  # click's own check: one line too
     assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and "--every" in r.stderr
 
@@ -197,8 +207,16 @@ def test_replay_files_add_activation_series(tmp_path):
     tl = res.timeline
     for name in ("act.attn.max_logit", "act.attn.entropy_mean", "act.attn.S.entropy2", "act.attn.tie_ratio"):
         assert np.isfinite(tl.get(name)).all(), name
-    assert np.isnan(tl.get("act.attn.dS.entropy2")[0]).all() and np.isfinite(tl.get("act.attn.dS.entropy2")[1:]).all()
-    for name in ("act.router.entropy_mean", "act.router.load_entropy", "act.router.churn_prev", "act.router.churn_final"):
+    assert (
+        np.isnan(tl.get("act.attn.dS.entropy2")[0]).all()
+        and np.isfinite(tl.get("act.attn.dS.entropy2")[1:]).all()
+    )
+    for name in (
+        "act.router.entropy_mean",
+        "act.router.load_entropy",
+        "act.router.churn_prev",
+        "act.router.churn_final",
+    ):
         assert name in tl, name
     assert np.all(tl.get("act.router.churn_final")[-1] == 0)  # the final checkpoint against itself
     assert np.isfinite(tl.get("act.router.churn_prev")[1:]).all()
@@ -217,7 +235,9 @@ def test_broken_replay_file_loses_only_the_activation_side(tmp_path):
     assert res.exit_code() == 3
     tl = res.timeline
     assert np.isfinite(tl.get("attn.D2.entropy2")[1]).all()
-    assert np.isnan(tl.get("act.attn.max_logit")[1]).all() and np.isfinite(tl.get("act.attn.max_logit")[2]).all()
+    assert (
+        np.isnan(tl.get("act.attn.max_logit")[1]).all() and np.isfinite(tl.get("act.attn.max_logit")[2]).all()
+    )
 
 
 def test_nothing_readable_gives_no_verdict_and_stale_temporaries_are_removed(tmp_path):
@@ -232,7 +252,10 @@ def test_nothing_readable_gives_no_verdict_and_stale_temporaries_are_removed(tmp
     res = analyze(run, out_dir=tmp_path / "out2", device="cpu")
     assert res.exit_code() == 3 and res.summary["checkpoints"]["analyzed"] == 0
     assert not res.anomalous and res.verdict["confidence"] == 0.0
-    assert "none of the 2 checkpoints could be read" in res.verdict["reason"] and "config.json" in res.verdict["reason"]
+    assert (
+        "none of the 2 checkpoints could be read" in res.verdict["reason"]
+        and "config.json" in res.verdict["reason"]
+    )
 
 
 def test_fixture_weights_match_reference(tmp_path):
@@ -248,6 +271,7 @@ def test_fixture_weights_match_reference(tmp_path):
     H, G, h = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     sds = [load_file(run / f"checkpoint-{s}" / "model.safetensors") for s in (600, 700)]
     for layer in range(cfg["num_hidden_layers"]):
+
         def heads(sd, layer=layer):
             q = sd[f"model.layers.{layer}.self_attn.q_proj.weight"].double().reshape(H, h, -1)
             k = sd[f"model.layers.{layer}.self_attn.k_proj.weight"].double().reshape(G, h, -1)
@@ -255,7 +279,9 @@ def test_fixture_weights_match_reference(tmp_path):
 
         ref = attention_reference(*heads(sds[0]), *heads(sds[1]))
         for name, r in ref.items():
-            np.testing.assert_allclose(res.timeline.get(f"attn.{name}")[2, layer, :], r, rtol=1e-4, err_msg=name)
+            np.testing.assert_allclose(
+                res.timeline.get(f"attn.{name}")[2, layer, :], r, rtol=1e-4, err_msg=name
+            )
 
 
 def test_cli_bounds_heap_growth_unless_the_user_chose(monkeypatch):
@@ -302,12 +328,19 @@ def test_the_scores_alarms_were_raised_on_are_stored_and_the_baseline_stays_insi
     for name, sc in stored.timeline.scores.items():
         assert sc.shape == stored.timeline.get(name).shape[:2]
         np.testing.assert_allclose(sc, fresh[name], rtol=1e-6)
-    np.testing.assert_allclose(data.detector_scores(stored.summary, stored.timeline, "attn.q.update_ratio"),
-                               stored.timeline.scores["attn.q.update_ratio"].T)
+    np.testing.assert_allclose(
+        data.detector_scores(stored.summary, stored.timeline, "attn.q.update_ratio"),
+        stored.timeline.scores["attn.q.update_ratio"].T,
+    )
     for a in stored.summary["alarms"]:
         assert min(a["first_alarm_by_layer"].values()) == a["first_alarm_step"]
         assert sorted(int(k) for k in a["first_alarm_by_layer"]) == a["layers"]
-    analyze(run, out_dir=tmp_path / "b", device="cpu", replay=False,
-            baseline=os.path.join(FIXTURE_DRILLS, "healthy-moe"))
+    analyze(
+        run,
+        out_dir=tmp_path / "b",
+        device="cpu",
+        replay=False,
+        baseline=os.path.join(FIXTURE_DRILLS, "healthy-moe"),
+    )
     assert (tmp_path / "b" / "baseline" / "healthy-moe" / "summary.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

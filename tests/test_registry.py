@@ -17,10 +17,15 @@ from ckptscan.pipeline.activations import topk_by_layer, topk_key
 from ckptscan.report.schema import summary_schema
 
 
-@pytest.mark.parametrize("name, base", [("attn.D2.entropy2", "attn.D2.entropy2"),
-                                        ("attn_rope.D2.entropy2", "attn.D2.entropy2"),
-                                        ("router.update_ratio", "router.update_ratio"),
-                                        ("act.attn.max_logit", "act.attn.max_logit")])
+@pytest.mark.parametrize(
+    "name, base",
+    [
+        ("attn.D2.entropy2", "attn.D2.entropy2"),
+        ("attn_rope.D2.entropy2", "attn.D2.entropy2"),
+        ("router.update_ratio", "router.update_ratio"),
+        ("act.attn.max_logit", "act.attn.max_logit"),
+    ],
+)
 def test_series_names(name, base):
     assert names.base(name) == base
     assert names.same_monitor(name, base)

@@ -112,7 +112,11 @@ def _can_drop_dac() -> bool:
     """True when ``setpriv`` can run a child without CAP_DAC_OVERRIDE (so root obeys permissions)."""
     if SETPRIV is None:
         return False
-    r = subprocess.run([SETPRIV, "--bounding-set", "-dac_override,-dac_read_search", "true"], capture_output=True, check=False)
+    r = subprocess.run(
+        [SETPRIV, "--bounding-set", "-dac_override,-dac_read_search", "true"],
+        capture_output=True,
+        check=False,
+    )
     return r.returncode == 0
 
 
@@ -155,10 +159,22 @@ BROKEN_SAFETENSORS = {
     # step: (what is done to model.safetensors, words the one-line reason must contain)
     200: (lambda f: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2]), "truncated"),
     300: (lambda f: f.write_bytes(struct.pack("<Q", f.stat().st_size) + f.read_bytes()[8:]), "header length"),
-    400: (lambda f: f.write_bytes(f.read_bytes()[:8] + b"{" + b"x" * (struct.unpack("<Q", f.read_bytes()[:8])[0] - 1)
-                                  + f.read_bytes()[8 + struct.unpack("<Q", f.read_bytes()[:8])[0]:]), "not valid JSON"),
-    500: (lambda f: rewrite_header(f, lambda h: h[Q0].update(data_offsets=h["model.layers.0.self_attn.o_proj.weight"]["data_offsets"])),
-          "overlap"),
+    400: (
+        lambda f: f.write_bytes(
+            f.read_bytes()[:8]
+            + b"{"
+            + b"x" * (struct.unpack("<Q", f.read_bytes()[:8])[0] - 1)
+            + f.read_bytes()[8 + struct.unpack("<Q", f.read_bytes()[:8])[0] :]
+        ),
+        "not valid JSON",
+    ),
+    500: (
+        lambda f: rewrite_header(
+            f,
+            lambda h: h[Q0].update(data_offsets=h["model.layers.0.self_attn.o_proj.weight"]["data_offsets"]),
+        ),
+        "overlap",
+    ),
     600: (lambda f: rewrite_header(f, lambda h: h[Q0].update(dtype="C64")), "unknown dtype"),
 }
 
@@ -209,18 +225,30 @@ def test_broken_sharded_checkpoints_are_skipped_and_nothing_outside_is_read(tmp_
     outside = tmp_path / "x.safetensors"  # a valid file outside the checkpoint: must never be opened
     shutil.copy(run / "checkpoint-100" / "model-00002-of-00002.safetensors", outside)
     (run / "checkpoint-200" / "model-00002-of-00002.safetensors").unlink()
-    _set_index(run / "checkpoint-300", lambda wm: wm.update({k: "../../x.safetensors" for k, v in wm.items()
-                                                             if v.startswith("model-00002")}))
-    _set_index(run / "checkpoint-400", lambda wm: wm.update({k: str(outside) for k, v in wm.items()
-                                                             if v.startswith("model-00002")}))
+    _set_index(
+        run / "checkpoint-300",
+        lambda wm: wm.update(
+            {k: "../../x.safetensors" for k, v in wm.items() if v.startswith("model-00002")}
+        ),
+    )
+    _set_index(
+        run / "checkpoint-400",
+        lambda wm: wm.update({k: str(outside) for k, v in wm.items() if v.startswith("model-00002")}),
+    )
     os.utime(outside, ns=(0, 10**9))  # atime < mtime: even a relatime mount records a read
     r, s = cli_json("analyze", run, "-o", tmp_path / "out")
     assert r.exit_code == 3, r.output
     assert s["checkpoints"]["steps"] == [100, 500]
     sk = skipped_by_name(s)
-    assert "missing" in sk["checkpoint-200"]["reason"] and "model-00002-of-00002.safetensors" in sk["checkpoint-200"]["reason"]
+    assert (
+        "missing" in sk["checkpoint-200"]["reason"]
+        and "model-00002-of-00002.safetensors" in sk["checkpoint-200"]["reason"]
+    )
     assert "outside the checkpoint folder (refused)" in sk["checkpoint-300"]["reason"]
-    assert "absolute shard path" in sk["checkpoint-400"]["reason"] and "refused" in sk["checkpoint-400"]["reason"]
+    assert (
+        "absolute shard path" in sk["checkpoint-400"]["reason"]
+        and "refused" in sk["checkpoint-400"]["reason"]
+    )
     for step in (300, 400):
         assert "model.safetensors.index.json" in sk[f"checkpoint-{step}"]["reason"]
     assert os.stat(outside).st_atime_ns == 0  # not even read (atime untouched)
@@ -228,7 +256,10 @@ def test_broken_sharded_checkpoints_are_skipped_and_nothing_outside_is_read(tmp_
 
 def test_tensor_in_index_but_missing_from_shard_is_skipped(tmp_path):
     run = make_run(tmp_path / "run", n=3, fmt="sharded")
-    _set_index(run / "checkpoint-200", lambda wm: wm.update({"model.extra.weight": "model-00001-of-00002.safetensors"}))
+    _set_index(
+        run / "checkpoint-200",
+        lambda wm: wm.update({"model.extra.weight": "model-00001-of-00002.safetensors"}),
+    )
     r, s = cli_json("analyze", run, "-o", tmp_path / "out")
     assert r.exit_code == 3 and s["checkpoints"]["steps"] == [100, 300]
     reason = skipped_by_name(s)["checkpoint-200"]["reason"]
@@ -237,7 +268,10 @@ def test_tensor_in_index_but_missing_from_shard_is_skipped(tmp_path):
 
 def test_skip_reason_names_the_file_inside_the_checkpoint(tmp_path):
     run = make_run(tmp_path / "run", n=3, fmt="sharded")
-    _set_index(run / "checkpoint-200", lambda wm: wm.update({"model.extra.weight": "model-00001-of-00002.safetensors"}))
+    _set_index(
+        run / "checkpoint-200",
+        lambda wm: wm.update({"model.extra.weight": "model-00001-of-00002.safetensors"}),
+    )
     (run / "checkpoint-300" / "config.json").write_text("{oops")
     s = analyze(run, out_dir=tmp_path / "out", device="cpu").summary
     sk = skipped_by_name(s)
@@ -254,14 +288,18 @@ def test_bad_configs_and_shapes_skip_only_their_checkpoint(tmp_path):
     (run / "checkpoint-200" / "config.json").write_text("{not json")
     (run / "checkpoint-300" / "config.json").write_text(json.dumps({**cfg, "num_attention_heads": 3}))
     (run / "checkpoint-400" / "config.json").write_text(json.dumps(["a", "list"]))
-    edit_tensors(run / "checkpoint-500" / "model.safetensors",
-                 lambda sd: sd.update({K0: torch.randn(16, TINY["hidden"] - 8)}))
+    edit_tensors(
+        run / "checkpoint-500" / "model.safetensors",
+        lambda sd: sd.update({K0: torch.randn(16, TINY["hidden"] - 8)}),
+    )
     r, s = cli_json("analyze", run, "-o", tmp_path / "out")
     assert r.exit_code == 3, r.output
     assert s["checkpoints"]["steps"] == [100, 600]
     sk = skipped_by_name(s)
     assert "invalid config.json" in sk["checkpoint-200"]["reason"]
-    assert "num_attention_heads = 3" in sk["checkpoint-300"]["reason"] and Q0 in sk["checkpoint-300"]["reason"]
+    assert (
+        "num_attention_heads = 3" in sk["checkpoint-300"]["reason"] and Q0 in sk["checkpoint-300"]["reason"]
+    )
     assert "not a JSON object" in sk["checkpoint-400"]["reason"]
     assert K0 in sk["checkpoint-500"]["reason"] and "hidden size" in sk["checkpoint-500"]["reason"]
 
@@ -280,8 +318,10 @@ def test_heads_that_do_not_divide_the_projection(tmp_path):
 
 def test_checkpoint_with_fewer_layers_is_analysed_with_nan_where_missing(tmp_path):
     run = make_run(tmp_path / "run", n=3)
-    edit_tensors(run / "checkpoint-200" / "model.safetensors",
-                 lambda sd: [sd.pop(k) for k in list(sd) if ".layers.1." in k])
+    edit_tensors(
+        run / "checkpoint-200" / "model.safetensors",
+        lambda sd: [sd.pop(k) for k in list(sd) if ".layers.1." in k],
+    )
     res = analyze(run, out_dir=tmp_path / "out", device="cpu")
     # three checkpoints are too few to call a run healthy: inconclusive, never healthy
     assert res.summary["checkpoints"]["steps"] == [100, 200, 300] and res.exit_code() == EXIT_INCONCLUSIVE
@@ -298,8 +338,10 @@ def test_unknown_architecture_names_the_tensors_it_saw(tmp_path):
     run = make_run(tmp_path / "run", n=2)
     (run / "config.json").unlink()
     for c in ("checkpoint-100", "checkpoint-200"):
-        edit_tensors(run / c / "model.safetensors",
-                     lambda sd: [sd.update({k.replace("self_attn.q_proj", "mix.wq"): sd.pop(k)}) for k in list(sd)])
+        edit_tensors(
+            run / c / "model.safetensors",
+            lambda sd: [sd.update({k.replace("self_attn.q_proj", "mix.wq"): sd.pop(k)}) for k in list(sd)],
+        )
     r, s = cli_json("analyze", run, "-o", tmp_path / "out")
     assert r.exit_code == 3 and s["checkpoints"]["analyzed"] == 0
     for sk in s["checkpoints"]["skipped"]:
@@ -317,6 +359,7 @@ def test_nan_in_router_and_inf_in_q_are_overflow_findings_and_the_verdict(tmp_pa
     def poison(sd):
         sd[router0][1, 2] = float("nan")
         sd[Q1][0, 0] = float("inf")
+
     edit_tensors(run / "checkpoint-300" / "model.safetensors", poison)
     res = analyze(run, out_dir=tmp_path / "out", device="cpu")
     found = {(f["layer"], tuple(f["tensors"])): f for f in res.summary["findings"]}
@@ -325,8 +368,12 @@ def test_nan_in_router_and_inf_in_q_are_overflow_findings_and_the_verdict(tmp_pa
     assert attn["step"] == 300 and Q1 in attn["tensors"] and attn["nonfinite"] == 1
     tl = res.timeline
     # the poisoned blocks are NaN, everything else at that step is computed
-    assert np.isnan(tl.get("router.W.entropy2")[2, 0, 0]) and np.isfinite(tl.get("router.W.entropy2")[2, 1, 0])
-    assert np.isnan(tl.get("attn.M.entropy2")[2, 1]).all() and np.isfinite(tl.get("attn.M.entropy2")[2, 0]).all()
+    assert np.isnan(tl.get("router.W.entropy2")[2, 0, 0]) and np.isfinite(
+        tl.get("router.W.entropy2")[2, 1, 0]
+    )
+    assert (
+        np.isnan(tl.get("attn.M.entropy2")[2, 1]).all() and np.isfinite(tl.get("attn.M.entropy2")[2, 0]).all()
+    )
     assert np.isfinite(tl.get("attn.M.entropy2")[3]).all()  # the next checkpoint is fine again
     assert tl.get("numerics.nonfinite")[2, :, 0].tolist() == [1, 1]
     assert res.verdict["fault_type"] == "overflow" and res.verdict["earliest_step"] == 300
@@ -339,6 +386,7 @@ def test_all_zero_and_subnormal_weights_do_not_crash_or_count_as_overflow(tmp_pa
     def shrink(sd):
         sd[Q0].zero_()
         sd[K1] *= 1e-41  # float32 subnormals
+
     edit_tensors(run / "checkpoint-200" / "model.safetensors", shrink)
     res = analyze(run, out_dir=tmp_path / "out", device="cpu")
     assert res.summary["findings"] == [] and res.exit_code() == EXIT_INCONCLUSIVE
@@ -355,6 +403,7 @@ def test_zero_and_subnormal_matrices_give_no_made_up_spectrum(tmp_path):
     def shrink(sd):
         sd[Q0].zero_()
         sd[K1] *= 1e-41  # float32 subnormals
+
     edit_tensors(run / "checkpoint-200" / "model.safetensors", shrink)
     tl = analyze(run, out_dir=tmp_path / "out", device="cpu").timeline
     # subnormal: either undefined or right (entropy is scale-invariant); never a wrong finite value
@@ -371,7 +420,10 @@ def test_zero_and_subnormal_matrices_give_no_made_up_spectrum(tmp_path):
 def _scaled_run(root: Path, scale: float, dtype) -> Path:
     """Two bf16/fp32 checkpoints; layer 1's q_proj of the second is multiplied by ``scale``."""
     run = make_run(root, n=2, dtype=dtype)
-    edit_tensors(run / "checkpoint-200" / "model.safetensors", lambda sd: sd.update({Q1: (sd[Q1].float() * scale).to(dtype)}))
+    edit_tensors(
+        run / "checkpoint-200" / "model.safetensors",
+        lambda sd: sd.update({Q1: (sd[Q1].float() * scale).to(dtype)}),
+    )
     return run
 
 
@@ -382,7 +434,9 @@ def _check_scaled(res, run: Path, scale: float):
     ref = attention_reference(q / scale, k, q / scale, k)  # entropies are scale-invariant
     tl = res.timeline
     np.testing.assert_allclose(tl.get("attn.M.entropy2")[1, 1], ref["M.entropy2"], rtol=1e-4)
-    np.testing.assert_allclose(tl.get("attn.M.spectral_norm")[1, 1], ref["M.spectral_norm"] * scale, rtol=1e-4)
+    np.testing.assert_allclose(
+        tl.get("attn.M.spectral_norm")[1, 1], ref["M.spectral_norm"] * scale, rtol=1e-4
+    )
     assert np.isfinite(tl.get("attn.D2.entropy2")[1, 1]).all()
 
 
@@ -390,7 +444,6 @@ def test_bf16_values_beyond_fp16_range_are_never_downcast(tmp_path):
     """2**20 ~ 1e6 is out of fp16's range (max 65504): a detour through fp16 would make it Inf."""
     run = _scaled_run(tmp_path / "run", 2.0**20, torch.bfloat16)
     _check_scaled(analyze(run, out_dir=tmp_path / "out", device="cpu"), run, 2.0**20)
-
 
 
 def test_bf16_values_near_1e30_survive_as_finite_monitors(tmp_path):
@@ -414,7 +467,9 @@ def test_no_checkpoints_error_message(tmp_path):
     """The message the empty-run error uses (discover.no_checkpoints_error)."""
     from ckptscan.discover.checkpoints import Skipped, no_checkpoints_error
 
-    err = no_checkpoints_error(tmp_path, [Skipped(str(tmp_path / "step-5-tmp"), "unfinished", error=False)], steps="10:20")
+    err = no_checkpoints_error(
+        tmp_path, [Skipped(str(tmp_path / "step-5-tmp"), "unfinished", error=False)], steps="10:20"
+    )
     assert isinstance(err, InputError) and err.exit_code == 3
     text = str(err)
     assert text.startswith(f"no checkpoints found in {tmp_path}") and "\n" not in text
@@ -440,7 +495,9 @@ def test_duplicates_odd_names_and_unfinished_writes_through_the_cli(tmp_path):
     assert s["checkpoints"]["steps"] == [5, 1000, 2000]
     sk = skipped_by_name(s)
     assert sk["step_3000-tmp"]["error"] is False
-    assert "duplicate step 1000" in sk["iter_0001000" if "iter_0001000" in sk else "global_step1000"]["reason"]
+    assert (
+        "duplicate step 1000" in sk["iter_0001000" if "iter_0001000" in sk else "global_step1000"]["reason"]
+    )
     assert r.exit_code == 3  # the duplicate is listed as a problem
 
 
@@ -460,6 +517,7 @@ def test_checkpoints_appearing_and_vanishing_while_running(tmp_path):
         if i == 0:
             shutil.copytree(spare, run / "checkpoint-500")  # a save lands mid-run
             shutil.rmtree(run / "checkpoint-300")  # a cleanup job deletes one
+
     res = analyze(run, out_dir=tmp_path / "out", device="cpu", on_progress=on_progress)
     s = res.summary
     assert s["checkpoints"]["steps"] == [100, 200, 400] == list(res.timeline.steps)
@@ -487,8 +545,14 @@ def test_unreadable_file_is_skipped_with_permission_denied(tmp_path):
     f = run / "checkpoint-200" / "model.safetensors"
     f.chmod(0)
     out = tmp_path / "out"
-    p = subprocess.run(ckptscan_cmd("analyze", run, "-o", out, "--json", "--device", "cpu", drop_dac=True),
-                       capture_output=True, text=True, env=subprocess_env(), timeout=120, check=False)
+    p = subprocess.run(
+        ckptscan_cmd("analyze", run, "-o", out, "--json", "--device", "cpu", drop_dac=True),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+    )
     f.chmod(0o644)
     assert p.returncode == 3, p.stderr
     assert "Traceback" not in p.stderr
@@ -588,13 +652,16 @@ def test_interrupted_analyze_leaves_evidence_unchanged_and_resumes(tmp_path):
         seen.append((ck.step, status))
         if i == 1:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         analyze(run, out_dir=tmp_path / "out", device="cpu", on_progress=stop)
     assert tree_state(run) == before
     parts = sorted(p.name for p in (tmp_path / "out" / "parts").iterdir())
     assert parts == ["step_000000000100.npz", "step_000000000200.npz"]
     statuses = []
-    res = analyze(run, out_dir=tmp_path / "out", device="cpu", on_progress=lambda i, t, ck, st: statuses.append(st))
+    res = analyze(
+        run, out_dir=tmp_path / "out", device="cpu", on_progress=lambda i, t, ck, st: statuses.append(st)
+    )
     assert statuses == ["reused", "reused", "analysed", "analysed"]
     assert res.summary["checkpoints"]["reused"] == 2
     assert tree_state(run) == before
@@ -605,20 +672,25 @@ def test_interrupted_analyze_leaves_evidence_unchanged_and_resumes(tmp_path):
 def test_read_only_tree_without_dac_override(tmp_path):
     """chmod -R a-w, and a process that cannot bypass permissions: analysis still works."""
     run = make_run(tmp_path / "run", n=3)
-    for dirpath, dirnames, filenames in os.walk(run):
+    for dirpath, _dirnames, filenames in os.walk(run):
         for f in filenames:
             os.chmod(os.path.join(dirpath, f), 0o444)
         os.chmod(dirpath, 0o555)
     before = tree_state(run)
     try:
-        p = subprocess.run(ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "--json", "--device", "cpu",
-                                        drop_dac=True),
-                           capture_output=True, text=True, env=subprocess_env(), timeout=120, check=False)
+        p = subprocess.run(
+            ckptscan_cmd("analyze", run, "-o", tmp_path / "out", "--json", "--device", "cpu", drop_dac=True),
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            timeout=120,
+            check=False,
+        )
         assert p.returncode == EXIT_INCONCLUSIVE, p.stderr
         assert json.loads(p.stdout)["checkpoints"]["steps"] == [100, 200, 300]
         assert tree_state(run) == before
     finally:
-        for dirpath, dirnames, filenames in os.walk(run):
+        for dirpath, _dirnames, _filenames in os.walk(run):
             os.chmod(dirpath, 0o755)
 
 
@@ -651,8 +723,13 @@ def slow_run(tmp_path_factory):
 def test_killed_analyze_resumes_without_recomputing(tmp_path, slow_run, sig):
     run, out = slow_run, tmp_path / "out"
     before = tree_state(run)
-    proc = subprocess.Popen(ckptscan_cmd("analyze", run, "-o", out, "-q", "--device", "cpu"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    proc = subprocess.Popen(
+        ckptscan_cmd("analyze", run, "-o", out, "-q", "--device", "cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     parts = out / "parts"
     deadline = time.monotonic() + 120
     while not (parts.is_dir() and any(p.name.startswith("step_") for p in parts.iterdir())):
@@ -678,7 +755,9 @@ def test_killed_analyze_resumes_without_recomputing(tmp_path, slow_run, sig):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        res = analyze(run, out_dir=out, device="cpu", on_progress=lambda i, t, ck, st: statuses.__setitem__(ck.step, st))
+        res = analyze(
+            run, out_dir=out, device="cpu", on_progress=lambda i, t, ck, st: statuses.__setitem__(ck.step, st)
+        )
     finally:
         torch.set_num_threads(threads)
     assert res.summary["checkpoints"]["reused"] == len(finished)

@@ -106,14 +106,17 @@ def test_truncated_hdf5_is_a_replay_error(tmp_path):
 
 @pytest.mark.parametrize("fmt", [None, "ckptscan-replay/2", "something"])
 def test_wrong_format_attribute(tmp_path, fmt):
-    path = _write_raw(tmp_path / "r.h5", lambda f: f.create_dataset("layers/0/attn_in", data=np.zeros((B, T, D))),
-                      fmt=fmt)
+    path = _write_raw(
+        tmp_path / "r.h5", lambda f: f.create_dataset("layers/0/attn_in", data=np.zeros((B, T, D))), fmt=fmt
+    )
     with pytest.raises(ReplayError, match="format"):
         ReplayFile(path)
 
 
 def test_wrong_ndim_names_the_dataset(tmp_path):
-    path = _write_raw(tmp_path / "r.h5", lambda f: f.create_dataset("layers/3/attn_in", data=np.zeros((T, D))))
+    path = _write_raw(
+        tmp_path / "r.h5", lambda f: f.create_dataset("layers/3/attn_in", data=np.zeros((T, D)))
+    )
     with ReplayFile(path) as r:
         with pytest.raises(ReplayError, match=r"r\.h5.*layers/3/attn_in.*shape"):
             r.attn_in(3)
@@ -148,14 +151,18 @@ def test_inconsistent_batch_shapes(tmp_path):
         f.create_dataset("input_ids", data=np.zeros((B, T), dtype=np.int64))
         f.create_dataset("layers/0/attn_in", data=np.zeros((B, T + 1, D), dtype=np.float32))
 
-    with ReplayFile(_write_raw(tmp_path / "r.h5", build)) as r, \
-            pytest.raises(ReplayError, match=r"layers/0/attn_in.*\[B, T\]"):
+    with (
+        ReplayFile(_write_raw(tmp_path / "r.h5", build)) as r,
+        pytest.raises(ReplayError, match=r"layers/0/attn_in.*\[B, T\]"),
+    ):
         r.attn_in(0)
 
 
 def test_integer_activation_is_refused(tmp_path):
-    path = _write_raw(tmp_path / "r.h5", lambda f: f.create_dataset("layers/0/attn_in",
-                                                                      data=np.zeros((B, T, D), dtype=np.int32)))
+    path = _write_raw(
+        tmp_path / "r.h5",
+        lambda f: f.create_dataset("layers/0/attn_in", data=np.zeros((B, T, D), dtype=np.int32)),
+    )
     with ReplayFile(path) as r, pytest.raises(ReplayError, match="dtype"):
         r.attn_in(0)
 
@@ -186,7 +193,9 @@ def test_find_replay(tmp_path):
     (run / "replay" / "step_00000100.h5").write_bytes(b"x")
     assert find_replay(ckpt, 100, run, "replay/step_{step:08d}.h5") == run / "replay" / "step_00000100.h5"
     assert find_replay(ckpt, 200, run, "replay/step_{step:08d}.h5") is None
-    assert find_replay(ckpt, 100, run, str(run / "{name}" / "replay.h5")) == run / "checkpoint-100" / "replay.h5"
+    assert (
+        find_replay(ckpt, 100, run, str(run / "{name}" / "replay.h5")) == run / "checkpoint-100" / "replay.h5"
+    )
     single = run / "model_100.safetensors"
     single.write_bytes(b"x")
     assert find_replay(single, 100, run) is None
@@ -236,7 +245,7 @@ class MoE(nn.Module):
     def forward(self, x):
         flat = x.reshape(-1, x.shape[-1])
         p = torch.softmax(self.gate(flat), -1)
-        out = sum(p[:, i:i + 1] * ex(flat) for i, ex in enumerate(self.experts))
+        out = sum(p[:, i : i + 1] * ex(flat) for i, ex in enumerate(self.experts))
         return out.view_as(x)
 
 
@@ -288,10 +297,17 @@ def test_recorder_round_trip(tmp_path):
     model.model.layers[2].drop.eval()  # a module deliberately left in eval: must stay so
     ids = _ids(3)
     q_out, gate_out = {}, {}
-    hooks = [model.model.layers[i].self_attn.q_proj.register_forward_hook(
-        lambda m, a, o, i=i: q_out.__setitem__(i, o.detach().clone())) for i in range(3)]
-    hooks.append(model.model.layers[1].mlp.gate.register_forward_hook(
-        lambda m, a, o: gate_out.__setitem__(1, o.detach().clone())))
+    hooks = [
+        model.model.layers[i].self_attn.q_proj.register_forward_hook(
+            lambda m, a, o, i=i: q_out.__setitem__(i, o.detach().clone())
+        )
+        for i in range(3)
+    ]
+    hooks.append(
+        model.model.layers[1].mlp.gate.register_forward_hook(
+            lambda m, a, o: gate_out.__setitem__(1, o.detach().clone())
+        )
+    )
 
     path = tmp_path / "checkpoint-7" / "replay.h5"
     ReplayRecorder(model, ids).save(path, step=7)
@@ -332,8 +348,12 @@ def test_recorder_with_explicit_modules_and_custom_forward(tmp_path):
     model = Plain()
     with pytest.raises(ValueError, match="attn_modules"):
         ReplayRecorder(model, _ids())
-    rec = ReplayRecorder(model, _ids(), forward=lambda m, ids: m(ids, scale=2.0),
-                         attn_modules={0: model.blocks[0], 1: model.blocks[1]})
+    rec = ReplayRecorder(
+        model,
+        _ids(),
+        forward=lambda m, ids: m(ids, scale=2.0),
+        attn_modules={0: model.blocks[0], 1: model.blocks[1]},
+    )
     rec.save(tmp_path / "r.h5", 3)
     with ReplayFile(tmp_path / "r.h5") as r:
         torch.testing.assert_close(r.attn_in(0), model.emb(_ids()).detach() * 2.0)
@@ -344,15 +364,26 @@ def test_recorder_on_drill_model_with_flattened_router_input(tmp_path):
     from ckptscan.drills.model import TinyConfig, TinyLM
 
     torch.manual_seed(0)
-    cfg = TinyConfig(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn=16, n_experts=4, vocab=64)
+    cfg = TinyConfig(
+        n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn=16, n_experts=4, vocab=64
+    )
     model = TinyLM(cfg)
     ids = torch.randint(0, 64, (2, 6))
     caps = ReplayRecorder(model, ids).save(tmp_path / "r.h5", 0, write=False)
     assert not (tmp_path / "r.h5").exists()  # write=False: forward only
-    assert sorted(caps) == [(0, "attn_in"), (0, "router_in"), (0, "router_logits"),
-                            (1, "attn_in"), (1, "router_in"), (1, "router_logits")]
+    assert sorted(caps) == [
+        (0, "attn_in"),
+        (0, "router_in"),
+        (0, "router_logits"),
+        (1, "attn_in"),
+        (1, "router_in"),
+        (1, "router_logits"),
+    ]
     assert caps[(0, "router_in")].shape == (2, 6, 32)
-    torch.testing.assert_close(caps[(0, "router_logits")], caps[(0, "router_in")] @ model.model.layers[0].mlp.router.weight.detach().T)
+    torch.testing.assert_close(
+        caps[(0, "router_logits")],
+        caps[(0, "router_in")] @ model.model.layers[0].mlp.router.weight.detach().T,
+    )
 
 
 def test_failed_write_leaves_no_file(tmp_path, monkeypatch):

@@ -31,8 +31,9 @@ from ckptscan.store.timeline import Timeline, atomic_write
 from tests.runs import make_run
 
 
-def make_result(n=60, layers=3, heads=4, anomalous=True, skipped=(), findings=(), run="/nonexistent/run",
-                curve=True) -> Result:
+def make_result(
+    n=60, layers=3, heads=4, anomalous=True, skipped=(), findings=(), run="/nonexistent/run", curve=True
+) -> Result:
     """A stored result of the shape analyze writes: one head's D2 entropy collapses from n/2 on."""
     rng = np.random.default_rng(0)
     steps = np.arange(1, n + 1) * 10
@@ -40,7 +41,7 @@ def make_result(n=60, layers=3, heads=4, anomalous=True, skipped=(), findings=()
     for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm"):
         a = 0.8 + 0.01 * rng.standard_normal((n, layers, heads))
         if anomalous and name == "attn.D2.entropy2":
-            a[n // 2:, 1, 2] -= np.linspace(0.05, 0.5, n - n // 2)
+            a[n // 2 :, 1, 2] -= np.linspace(0.05, 0.5, n - n // 2)
         if name == "attn.D2.entropy2":
             a[0] = np.nan
         series[name] = a
@@ -50,16 +51,38 @@ def make_result(n=60, layers=3, heads=4, anomalous=True, skipped=(), findings=()
     first = int(steps[n // 2 + 2]) if anomalous else None
     div = int(steps[-5]) if anomalous else None
     summary = {
-        "schema": "ckptscan/1", "ckptscan_version": "0.1.0", "run": run, "out": "/tmp/out",
-        "command": ["ckptscan", "analyze", run], "layout": {"family": "mixtral"}, "device": "cpu",
-        "checkpoints": {"analyzed": n, "reused": 0, "steps": steps.tolist(),
-                        "skipped": [{"path": p, "reason": "truncated header", "error": True} for p in skipped]},
-        "monitors": tl.names(), "findings": list(findings),
-        "verdict": {"anomalous": anomalous, "earliest_step": first,
-                    "fault_type": "lowprec_attention" if anomalous else "healthy",
-                    "confidence": 0.9 if anomalous else 0.0,
-                    "evidence": [{"monitor": "attn.D2.entropy2", "layer": 1, "head": 2, "first_alarm_step": first,
-                                  "score": 8.25}] if anomalous else []},
+        "schema": "ckptscan/1",
+        "ckptscan_version": "0.1.0",
+        "run": run,
+        "out": "/tmp/out",
+        "command": ["ckptscan", "analyze", run],
+        "layout": {"family": "mixtral"},
+        "device": "cpu",
+        "checkpoints": {
+            "analyzed": n,
+            "reused": 0,
+            "steps": steps.tolist(),
+            "skipped": [{"path": p, "reason": "truncated header", "error": True} for p in skipped],
+        },
+        "monitors": tl.names(),
+        "findings": list(findings),
+        "verdict": {
+            "anomalous": anomalous,
+            "earliest_step": first,
+            "fault_type": "lowprec_attention" if anomalous else "healthy",
+            "confidence": 0.9 if anomalous else 0.0,
+            "evidence": [
+                {
+                    "monitor": "attn.D2.entropy2",
+                    "layer": 1,
+                    "head": 2,
+                    "first_alarm_step": first,
+                    "score": 8.25,
+                }
+            ]
+            if anomalous
+            else [],
+        },
         "loss": {"divergence_step": div, "log_only_alarm_step": int(steps[-3]) if anomalous else None},
         "lead_time_steps": (div - first) if anomalous else None,
         "log_only_lead_time_steps": -20 if anomalous else None,
@@ -104,14 +127,14 @@ def test_reduce_columns_and_downsample_keep_extremes():
     # every column is the min over a contiguous block of steps, blocks covering everything once
     edges = [int(np.searchsorted(steps, x)) for x in xs] + [1000]
     for j in range(64):
-        assert red[0, j] == mat[0, edges[j]:edges[j + 1]].min()
+        assert red[0, j] == mat[0, edges[j] : edges[j + 1]].min()
     y = rng.standard_normal(5000)
     y[1234], y[4321] = 99.0, -99.0
     x = np.arange(5000)
     dx, dy = data.downsample_xy(x, y, 300)
     assert len(dx) <= 300 and 99.0 in dy and -99.0 in dy
     assert np.all(np.diff(dx) > 0)  # still in step order
-    assert all(y[int(i)] == v for i, v in zip(dx, dy))
+    assert all(y[int(i)] == v for i, v in zip(dx, dy, strict=False))
 
 
 def test_deviation_is_robust_units_in_the_anomalous_direction():
@@ -130,15 +153,20 @@ def test_deviation_is_robust_units_in_the_anomalous_direction():
 def test_leading_monitors_evidence_first_then_defaults():
     s = make_result().summary
     names = ["attn.M.entropy2", "attn.D2.entropy2", "router.similarity", "attn_rope.D2.entropy2"]
-    assert data.leading_monitors(s, names, k=4) == ["attn.D2.entropy2", "attn_rope.D2.entropy2",
-                                                     "attn.M.entropy2", "router.similarity"]
+    assert data.leading_monitors(s, names, k=4) == [
+        "attn.D2.entropy2",
+        "attn_rope.D2.entropy2",
+        "attn.M.entropy2",
+        "router.similarity",
+    ]
     s["verdict"]["evidence"] = [{"monitor": "router.similarity"}]
     assert data.leading_monitors(s, names, k=1) == ["router.similarity"]
 
 
 def test_loss_curve_from_log_file_or_absent(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps({"step": i, "loss": 2.0 + i / 100})
-                                                      for i in range(1, 21)))
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": i, "loss": 2.0 + i / 100}) for i in range(1, 21))
+    )
     c = data.loss_curve({"run": str(tmp_path), "loss": {}})
     assert c is not None and list(c.steps) == list(range(1, 21)) and c.loss[0] == pytest.approx(2.01)
     assert data.loss_curve({"run": str(tmp_path / "gone"), "loss": {}}) is None
@@ -158,7 +186,7 @@ def test_terminal_report_order_width_and_no_colour():
     assert re.search(r"│\s+1\s+│\s+2\s+│\s+1530\s+│\s+8\.25\s+│", ev)
     # the heat strip: layer 1 rises to full blocks after the collapse, the other layers stay low
     start = lines.index(next(x for x in lines if x.startswith("attn.D2.entropy2  [")))
-    strip = {x.split()[0]: x[6:] for x in lines[start + 1:start + 4]}
+    strip = {x.split()[0]: x[6:] for x in lines[start + 1 : start + 4]}
     assert set(strip) == {"L0", "L1", "L2"}
     assert strip["L1"].rstrip().endswith(BLOCKS[-1] * 10)
     assert BLOCKS[-1] not in strip["L0"] and BLOCKS[-1] not in strip["L2"]
@@ -168,8 +196,9 @@ def test_terminal_report_order_width_and_no_colour():
 
 def test_terminal_quiet_healthy_and_skipped():
     res = make_result(anomalous=False, skipped=["checkpoint-7/model.safetensors"])
-    assert render_terminal(res, quiet=True).strip() == ("HEALTHY: no sustained anomaly in the monitors; "
-                                                         "1 input could not be read")
+    assert render_terminal(res, quiet=True).strip() == (
+        "HEALTHY: no sustained anomaly in the monitors; 1 input could not be read"
+    )
     out = render_terminal(res)
     assert "skipped (1)" in out and "checkpoint-7/model.safetensors: truncated header" in out
     assert "^" not in out  # no markers in a healthy run
@@ -193,8 +222,9 @@ def test_terminal_no_color_env_in_a_terminal(monkeypatch):
 def _split_html(page: str):
     """(plotly.js unpacked, the app, the payload, the page without the packed plotly.js)."""
     (app,) = re.findall(r"<script>(.*?)</script>", page, flags=re.DOTALL)
-    packed = re.search(r'<script type="application/octet-stream" id="plotly-gz">(.*?)</script>', page,
-                       flags=re.DOTALL).group(1)
+    packed = re.search(
+        r'<script type="application/octet-stream" id="plotly-gz">(.*?)</script>', page, flags=re.DOTALL
+    ).group(1)
     m = re.search(r'<script type="application/json" id="ckptscan-data">(.*?)</script>', page, flags=re.DOTALL)
     plotly_js = gzip.decompress(base64.b64decode(packed)).decode()
     return plotly_js, app, json.loads(m.group(1)), page.replace(packed, "")
@@ -269,8 +299,11 @@ def test_run_vs_baseline_view():
 def test_run_vs_baseline_from_the_judgements_reference_run(tmp_path):
     res, base = make_result(), make_result(anomalous=False)
     base.timeline.save(tmp_path / "timeline.h5")
-    res.summary["detection"] = {"baseline": "reference-run", "reference_run": "/runs/healthy",
-                                "reference_out": str(tmp_path)}
+    res.summary["detection"] = {
+        "baseline": "reference-run",
+        "reference_run": "/runs/healthy",
+        "reference_out": str(tmp_path),
+    }
     payload = _split_html(render_html(res))[2]
     assert payload["baseline"]["label"] == "/runs/healthy" and payload["baseline"]["monitors"]
     res.summary["detection"]["reference_out"] = str(tmp_path / "gone")  # a report renders without it
@@ -281,8 +314,10 @@ def test_html_says_how_long_this_invocation_took_and_what_it_reused():
     res = make_result()
     res.summary.update(started_at="2025-01-02T03:04:05Z", elapsed_s=0.84)
     res.summary["checkpoints"]["reused"] = 58
-    assert ("started 2025-01-02T03:04:05Z, 0.8 s in this invocation "
-            "(58 of 60 checkpoints reused from earlier runs)") in render_html(res)
+    assert (
+        "started 2025-01-02T03:04:05Z, 0.8 s in this invocation "
+        "(58 of 60 checkpoints reused from earlier runs)"
+    ) in render_html(res)
 
 
 def test_to_json_rounds_and_escapes():
@@ -299,8 +334,10 @@ def test_html_large_run_stays_small(tmp_path):
     n, layers, heads = 3000, 24, 16
     rng = np.random.default_rng(0)
     steps = np.arange(1, n + 1)
-    series = {name: rng.random((n, layers, heads), dtype=np.float32)
-              for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm")}
+    series = {
+        name: rng.random((n, layers, heads), dtype=np.float32)
+        for name in ("attn.D2.entropy2", "attn.M.entropy2", "attn.M.spectral_norm")
+    }
     res = make_result()
     res.timeline = Timeline(steps, series, {})
     res.summary["checkpoints"]["steps"] = steps.tolist()
@@ -330,7 +367,9 @@ def test_junit_anomalous_run(tmp_path):
     assert set(cases) == {"verdict", "attention", "router", "numerics", "inputs"}
     assert cases["verdict"].find("failure") is not None
     assert "lowprec_attention" in cases["verdict"].find("failure").get("message")
-    assert "attn.D2.entropy2: layer 1 head 2, first alarm at step 330" in cases["attention"].find("failure").text
+    assert (
+        "attn.D2.entropy2: layer 1 head 2, first alarm at step 330" in cases["attention"].find("failure").text
+    )
     assert cases["router"].find("failure") is None
     assert "3 NaN/Inf values" in cases["numerics"].find("failure").text
     assert "checkpoint-9: truncated header" in cases["inputs"].find("error").text
@@ -344,7 +383,13 @@ def test_junit_healthy_run_has_no_failures():
 
 
 def _gh_unescape(s: str) -> str:  # GitHub's documented escapes, reversed
-    return s.replace("%0A", "\n").replace("%0D", "\r").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+    return (
+        s.replace("%0A", "\n")
+        .replace("%0D", "\r")
+        .replace("%3A", ":")
+        .replace("%2C", ",")
+        .replace("%25", "%")
+    )
 
 
 def test_github_annotations_and_escaping():
@@ -354,9 +399,12 @@ def test_github_annotations_and_escaping():
     m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[0])
     assert m and _gh_unescape(m.group(1)) == "ckptscan: anomalous"
     assert _gh_unescape(m.group(2)).splitlines()[:2] == [
-        ("anomalous: lowprec_attention (confidence 0.90), earliest anomalous step 330; "
-         "1 input could not be read"),
-        "loss diverged at step 560, lead time 230 steps"]
+        (
+            "anomalous: lowprec_attention (confidence 0.90), earliest anomalous step 330; "
+            "1 input could not be read"
+        ),
+        "loss diverged at step 560, lead time 230 steps",
+    ]
     m = re.fullmatch(r"::error title=([^:]*)::(.*)", lines[1])
     assert _gh_unescape(m.group(2)) == "a,b:c%: truncated header"
     healthy = github_annotations(make_result(anomalous=False))
@@ -402,18 +450,23 @@ def test_schema_is_draft_2020_12_and_accepts_our_summaries():
         assert validate(json.loads(res.to_json())) == []
 
 
-@pytest.mark.parametrize("mutate, expect", [
-    (lambda s: s.pop("verdict"), "missing required key 'verdict'"),
-    (lambda s: s["verdict"].update(fault_type="gremlins"), "$.verdict.fault_type"),
-    (lambda s: s["verdict"].update(anomalous="yes"), "expected boolean"),
-    (lambda s: s["verdict"].update(confidence=1.5), "maximum"),
-    (lambda s: s["checkpoints"]["skipped"].append({"path": "x"}), "missing required key 'reason'"),
-    (lambda s: s["verdict"]["evidence"][0].update(layer="one"), "$.verdict.evidence[0].layer"),
-    (lambda s: s["loss"].update(divergence_step=-3), "minimum"),
-    (lambda s: s.update(schema="ckptscan/2"), "$.schema"),
-    (lambda s: s.update(outcome={"state": "fine", "headline": "FINE", "unreadable_inputs": 0}),
-     "$.outcome.state"),
-])
+@pytest.mark.parametrize(
+    "mutate, expect",
+    [
+        (lambda s: s.pop("verdict"), "missing required key 'verdict'"),
+        (lambda s: s["verdict"].update(fault_type="gremlins"), "$.verdict.fault_type"),
+        (lambda s: s["verdict"].update(anomalous="yes"), "expected boolean"),
+        (lambda s: s["verdict"].update(confidence=1.5), "maximum"),
+        (lambda s: s["checkpoints"]["skipped"].append({"path": "x"}), "missing required key 'reason'"),
+        (lambda s: s["verdict"]["evidence"][0].update(layer="one"), "$.verdict.evidence[0].layer"),
+        (lambda s: s["loss"].update(divergence_step=-3), "minimum"),
+        (lambda s: s.update(schema="ckptscan/2"), "$.schema"),
+        (
+            lambda s: s.update(outcome={"state": "fine", "headline": "FINE", "unreadable_inputs": 0}),
+            "$.outcome.state",
+        ),
+    ],
+)
 def test_schema_rejects_broken_summaries(mutate, expect):
     s = json.loads(make_result().to_json())
     mutate(s)
@@ -440,11 +493,18 @@ def store(res: Result, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("anomalous, skipped, fail_on, code", [
-    (True, [], "anomaly", 1), (True, ["x"], "anomaly", 1), (False, ["x"], "anomaly", 3),
-    (False, [], "anomaly", 0), (True, [], "input-error", 0), (True, ["x"], "input-error", 3),
-    (True, ["x"], "never", 0),
-])
+@pytest.mark.parametrize(
+    "anomalous, skipped, fail_on, code",
+    [
+        (True, [], "anomaly", 1),
+        (True, ["x"], "anomaly", 1),
+        (False, ["x"], "anomaly", 3),
+        (False, [], "anomaly", 0),
+        (True, [], "input-error", 0),
+        (True, ["x"], "input-error", 3),
+        (True, ["x"], "never", 0),
+    ],
+)
 def test_report_command_exit_codes(tmp_path, anomalous, skipped, fail_on, code):
     out = store(make_result(anomalous=anomalous, skipped=skipped), tmp_path / "out")
     r = CliRunner().invoke(main, ["report", str(out), "--json", "--fail-on", fail_on])
@@ -482,14 +542,18 @@ def test_analyze_exit_codes_follow_the_result(tiny_run, tmp_path):
     r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "a"), "--json"])
     s = json.loads(r.stdout)
     assert validate(s) == [] and validate(json.loads((tmp_path / "a" / "summary.json").read_text())) == []
-    assert r.exit_code == (1 if s["verdict"]["anomalous"] else 5 if s["verdict"]["fault_type"] == "inconclusive" else 0)
+    assert r.exit_code == (
+        1 if s["verdict"]["anomalous"] else 5 if s["verdict"]["fault_type"] == "inconclusive" else 0
+    )
     r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "--json"])
     s = json.loads(r.stdout)
     assert validate(s) == []
     assert [x["path"] for x in s["checkpoints"]["skipped"] if x["error"]]
     assert r.exit_code == (1 if s["verdict"]["anomalous"] else 3)
     for fail_on, code in (("never", 0), ("input-error", 3)):
-        r = CliRunner().invoke(main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "-q", "--fail-on", fail_on])
+        r = CliRunner().invoke(
+            main, ["analyze", str(bad), "-o", str(tmp_path / "b"), "-q", "--fail-on", fail_on]
+        )
         assert r.exit_code == code, r.output
 
 
@@ -506,25 +570,43 @@ def test_terminal_strip_of_a_trending_series_shows_the_detector_score():
     ratio[0] = np.nan
     assert ratio[-1, 0, 0] < ratio[1, 0, 0]  # never back at its early level
     res = make_result(n=n, layers=layers)
-    res.timeline = Timeline.from_arrays(res.timeline.steps, {**{k: res.timeline.get(k) for k in res.timeline.names()},
-                                                             "attn.q.update_ratio": ratio}, {})
+    res.timeline = Timeline.from_arrays(
+        res.timeline.steps,
+        {**{k: res.timeline.get(k) for k in res.timeline.names()}, "attn.q.update_ratio": ratio},
+        {},
+    )
     # the scores the judgement stores with the timeline (the report renders them, never recomputes)
     res.timeline.scores = {"attn.q.update_ratio": detect.layer_scores(res.timeline, "attn.q.update_ratio")}
-    res.summary["verdict"]["evidence"] = [{"monitor": "attn.q.update_ratio", "layer": 0, "head": None,
-                                           "first_alarm_step": int(res.timeline.steps[10]), "score": 9.0}]
+    res.summary["verdict"]["evidence"] = [
+        {
+            "monitor": "attn.q.update_ratio",
+            "layer": 0,
+            "head": None,
+            "first_alarm_step": int(res.timeline.steps[10]),
+            "score": 9.0,
+        }
+    ]
     lines = render_terminal(res).splitlines()
     start = lines.index(next(x for x in lines if x.startswith("attn.q.update_ratio  [")))
     assert "detector score, per layer" in lines[start]
-    row = lines[start + 1][6:6 + n]
+    row = lines[start + 1][6 : 6 + n]
     assert row[0] == " " and set(row[1:10]) == {BLOCKS[0]}, row  # undefined at the first checkpoint
     assert all(BLOCKS.index(c) >= 3 for c in row[10:13]), row
 
 
 def test_detector_scores_are_the_stored_scores_of_rate_series_only():
     res = make_result(n=20)
-    tl = Timeline.from_arrays(res.timeline.steps, {**{k: res.timeline.get(k) for k in res.timeline.names()},
-                                                   "attn.q.update_ratio": np.full((20, 3, 4), 0.1)}, {})
-    assert data.detector_scores(res.summary, tl, "attn.q.update_ratio") is None  # none stored: never recomputed
+    tl = Timeline.from_arrays(
+        res.timeline.steps,
+        {
+            **{k: res.timeline.get(k) for k in res.timeline.names()},
+            "attn.q.update_ratio": np.full((20, 3, 4), 0.1),
+        },
+        {},
+    )
+    assert (
+        data.detector_scores(res.summary, tl, "attn.q.update_ratio") is None
+    )  # none stored: never recomputed
     stored = np.arange(60, dtype=np.float32).reshape(20, 3)
     tl.scores = {"attn.q.update_ratio": stored, "attn.D2.entropy2": stored}
     np.testing.assert_array_equal(data.detector_scores(res.summary, tl, "attn.q.update_ratio"), stored.T)
@@ -540,12 +622,18 @@ def _states():
     healthy = make_result(anomalous=False)
     unreadable = make_result(anomalous=False, skipped=["checkpoint-7"])
     inconclusive = make_result(anomalous=False)
-    inconclusive.summary["verdict"].update(fault_type="inconclusive",
-                                           reason="not enough evidence: 2 checkpoints")
+    inconclusive.summary["verdict"].update(
+        fault_type="inconclusive", reason="not enough evidence: 2 checkpoints"
+    )
     no_verdict = make_result(anomalous=False)
     del no_verdict.summary["verdict"]
-    return {"anomalous": anomalous, "healthy": healthy, "healthy, unreadable": unreadable,
-            "inconclusive": inconclusive, "no verdict": no_verdict}
+    return {
+        "anomalous": anomalous,
+        "healthy": healthy,
+        "healthy, unreadable": unreadable,
+        "inconclusive": inconclusive,
+        "no verdict": no_verdict,
+    }
 
 
 @pytest.mark.parametrize("name", list(_states()))
@@ -556,25 +644,43 @@ def test_every_output_states_the_same_headline(name):
     terminal = render_terminal(res, quiet=True).strip()
     assert terminal == o.headline == f"{o.state.upper()}: {o.text}"
     page = render_html(res)
-    tag = re.search(r'<div class="verdict (\w+)" data-state="([^"]+)">'
-                    r'<span class="tag">([^<]+)</span> ([^<]*)</div>', page)
+    tag = re.search(
+        r'<div class="verdict (\w+)" data-state="([^"]+)">'
+        r'<span class="tag">([^<]+)</span> ([^<]*)</div>',
+        page,
+    )
     assert tag and tag.group(2) == o.state and f"{tag.group(3)}: {tag.group(4)}" == terminal
     _, cases = _cases(junit_tree(res))
-    problem = cases["verdict"].find("failure") if cases["verdict"].find("failure") is not None else \
-        cases["verdict"].find("error")
+    problem = (
+        cases["verdict"].find("failure")
+        if cases["verdict"].find("failure") is not None
+        else cases["verdict"].find("error")
+    )
     assert cases["verdict"].find("system-out").text == f"{o.state}: {o.text}"
     assert (problem is None) == (o.state == "healthy")  # only a healthy verdict passes
     ann = github_annotations(res)[0]
     assert _gh_unescape(ann.split("::", 2)[2]).splitlines()[0] == f"{o.state}: {o.text}"
-    assert ann.startswith({"anomalous": "::error", "inconclusive": "::warning", "healthy": "::notice",
-                           "no verdict": "::error"}[o.state] + f" title=ckptscan%3A {o.state}::")
+    assert ann.startswith(
+        {"anomalous": "::error", "inconclusive": "::warning", "healthy": "::notice", "no verdict": "::error"}[
+            o.state
+        ]
+        + f" title=ckptscan%3A {o.state}::"
+    )
     md = step_summary_markdown(res).splitlines()
-    mark = {"anomalous": "❌", "inconclusive": "⚠️", "no verdict": "⛔",
-            "healthy": "⚠️" if o.unreadable_inputs else "✅"}[o.state]
+    mark = {
+        "anomalous": "❌",
+        "inconclusive": "⚠️",
+        "no verdict": "⛔",
+        "healthy": "⚠️" if o.unreadable_inputs else "✅",
+    }[o.state]
     assert md[0] == f"## ckptscan: {mark} {o.state}"
     assert md[2] == f"**{o.state}: {o.text}**"
-    assert res.exit_code("anomaly") == {"anomalous": 1, "inconclusive": 5, "no verdict": 5,
-                                        "healthy": 3 if o.unreadable_inputs else 0}[o.state]
+    assert (
+        res.exit_code("anomaly")
+        == {"anomalous": 1, "inconclusive": 5, "no verdict": 5, "healthy": 3 if o.unreadable_inputs else 0}[
+            o.state
+        ]
+    )
 
 
 def test_summary_json_carries_the_outcome(tiny_run, tmp_path):
@@ -604,8 +710,9 @@ def test_console_never_wider_than_100_columns(monkeypatch, columns, width):
     from ckptscan import cli
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    monkeypatch.setattr(cli.shutil, "get_terminal_size",
-                        lambda fallback=None: os.terminal_size((columns, 40)))
+    monkeypatch.setattr(
+        cli.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((columns, 40))
+    )
     assert cli._console().width == width
     out = render_terminal(make_result(n=300), width=width)
     assert max(len(x) for x in out.splitlines()) <= width
@@ -626,7 +733,7 @@ def _coloured_rows(res) -> dict[str, list[str]]:
             if code:
                 colour = {"31": "red", "33": "yellow"}.get(code.strip("\x1b[m").split(";")[-1], "")
             cells += [colour] * len(text)
-        rows[plain.split()[0]] = cells[6:6 + 60]
+        rows[plain.split()[0]] = cells[6 : 6 + 60]
     return rows
 
 
@@ -634,10 +741,10 @@ def test_strip_red_from_each_layers_own_first_alarm():
     """Layer 0 alarms at step 300, layer 1 at step 500: a monitor-wide entry naming both layers
     must not paint layer 1 red from step 300."""
     res = make_result(n=60, layers=2)
-    res.summary["verdict"]["evidence"] = [{"monitor": "attn.D2.entropy2", "layer": 0, "head": 1,
-                                           "first_alarm_step": 300, "score": 9.0},
-                                          {"monitor": "attn.D2.entropy2", "layer": 1, "head": 2,
-                                           "first_alarm_step": 500, "score": 9.0}]
+    res.summary["verdict"]["evidence"] = [
+        {"monitor": "attn.D2.entropy2", "layer": 0, "head": 1, "first_alarm_step": 300, "score": 9.0},
+        {"monitor": "attn.D2.entropy2", "layer": 1, "head": 2, "first_alarm_step": 500, "score": 9.0},
+    ]
     res.summary["alarms"] = [{"monitor": "attn.D2.entropy2", "first_alarm_step": 300, "layers": [0, 1]}]
     rows = _coloured_rows(res)
     # steps 10, 20, ...: step 300 is column 29
@@ -658,8 +765,12 @@ def test_strip_legend_names_the_colours_and_every_marker():
     xs = np.array([0, 100, 200, 300])
     marks = {"earliest_step": 110, "divergence_step": 350, "log_only_alarm_step": 150}
     assert marker_rows(xs, 399, marks) == [" ^ D", " L"]  # L shares ^'s column: a row of its own, not hidden
-    assert marker_rows(xs, 399, {**marks, "earliest_step": None, "divergence_step": 999,
-                                 "log_only_alarm_step": None}) == []
+    assert (
+        marker_rows(
+            xs, 399, {**marks, "earliest_step": None, "divergence_step": 999, "log_only_alarm_step": None}
+        )
+        == []
+    )
     res = make_result(n=300)
     res.summary["loss"]["log_only_alarm_step"] = res.summary["verdict"]["earliest_step"] + 1
     lines = render_terminal(res).splitlines()
@@ -671,14 +782,28 @@ def test_eval_table_fits_100_columns():
     from ckptscan.drills import evaluate
 
     t = {"fault": "lowprec-attention", "onset_step": 400, "divergence_step": 1000}
-    rows = [dict(evaluate.score_run(t, {"verdict": {"anomalous": True, "earliest_step": 500,
-                                                    "fault_type": "lowprec_attention", "evidence": []},
-                                        "loss": {"log_only_alarm_step": 900}}), run=f"lowprec-moe-seed{i}")
-            for i in range(3)]
+    rows = [
+        dict(
+            evaluate.score_run(
+                t,
+                {
+                    "verdict": {
+                        "anomalous": True,
+                        "earliest_step": 500,
+                        "fault_type": "lowprec_attention",
+                        "evidence": [],
+                    },
+                    "loss": {"log_only_alarm_step": 900},
+                },
+            ),
+            run=f"lowprec-moe-seed{i}",
+        )
+        for i in range(3)
+    ]
     text = evaluate.format_table(rows)
     assert max(len(x) for x in text.splitlines()) <= 100
     assert text.count("\nrun ") + text.startswith("run ") >= 2  # the columns that do not fit: a second table
-    for key, head in evaluate.COLUMNS:
+    for _key, head in evaluate.COLUMNS:
         assert head in text, head
 
 

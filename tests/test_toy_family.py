@@ -53,10 +53,15 @@ TOY = Family(
     single=_q_fro,
     pair=_q_step,
     columns=_heads,
-    series=series("toy", "head", "toy", [
-        ("q_fro", "single", "up", "||Wq_j||_F per query head"),
-        ("q_step", "pair", "up", "||dWq_j||_F per query head"),
-    ]),
+    series=series(
+        "toy",
+        "head",
+        "toy",
+        [
+            ("q_fro", "single", "up", "||Wq_j||_F per query head"),
+            ("q_step", "pair", "up", "||dWq_j||_F per query head"),
+        ],
+    ),
     detectors=(Detector("toy.q_step", "rate", True, False, 0.05, Role.OTHER),),
     leading=("toy.q_fro",),
 )
@@ -115,9 +120,14 @@ def test_the_family_is_gone_once_unregistered(toy_family):
 
 
 def test_a_family_with_a_detector_of_a_series_it_does_not_register_is_refused():
-    bad = Family(name="bad", blocks=lambda layout: [], load=lambda b, read: (), single=lambda s: {},
-                 series=series("bad", "layer", "bad", [("x", "single", "up", "")]),
-                 detectors=(Detector("bad.y", "level", False, False, 0.1, Role.OTHER),))
+    bad = Family(
+        name="bad",
+        blocks=lambda layout: [],
+        load=lambda b, read: (),
+        single=lambda s: {},
+        series=series("bad", "layer", "bad", [("x", "single", "up", "")]),
+        detectors=(Detector("bad.y", "level", False, False, 0.1, Role.OTHER),),
+    )
     with pytest.raises(ValueError, match="not a series of family"):
         register_family(bad)
     assert "bad.x" not in REGISTRY

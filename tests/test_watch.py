@@ -23,6 +23,7 @@ DRILLS = ROOT / "fixtures" / "drills"
 
 # --- is_complete: the files' own evidence ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["safetensors", "sharded", "torch", "dcp"])
 def test_a_whole_checkpoint_is_complete(tmp_path, fmt):
     run = make_run(tmp_path / "r", fmt=fmt, n=1)
@@ -31,7 +32,7 @@ def test_a_whole_checkpoint_is_complete(tmp_path, fmt):
 
 def _cut(f: Path, n: int) -> None:
     data = f.read_bytes()
-    f.write_bytes(data[:n] if n >= 0 else data[:len(data) + n])
+    f.write_bytes(data[:n] if n >= 0 else data[: len(data) + n])
 
 
 @pytest.mark.parametrize("cut", [0, 5, 20, "half", -1])
@@ -128,6 +129,7 @@ def test_fingerprint_moves_with_the_files(tmp_path):
 
 # --- the loop, on runs that grow under it (a scripted clock: each poll runs the next action) ------
 
+
 class Script:
     """``sleep`` for the watcher: each call advances the clock by the poll and runs the next action;
     ``check`` runs after every poll (on the status file and summary as they are then)."""
@@ -151,12 +153,14 @@ class Script:
 def _copy(src: Path, dst: Path):
     def act():
         shutil.copytree(src, dst)
+
     return act
 
 
 def _watcher(run: Path, out: Path, script: Script, lines: list[str], **kw) -> Watcher:
-    opts = WatchOptions(poll=1.0, idle=kw.pop("idle", 3.0), analyze_kwargs={"command": [], **kw.pop("analyze", {})},
-                        **kw)
+    opts = WatchOptions(
+        poll=1.0, idle=kw.pop("idle", 3.0), analyze_kwargs={"command": [], **kw.pop("analyze", {})}, **kw
+    )
     return Watcher(run, out, out / "watch.json", opts, lines.append, clock=script.clock, sleep=script.sleep)
 
 
@@ -181,10 +185,18 @@ def test_a_half_written_checkpoint_is_waited_for_never_read_as_corrupt(tmp_path)
         if (out / "summary.json").exists():  # no round ever lists a skipped (unreadable) input
             assert json.loads((out / "summary.json").read_text())["checkpoints"]["skipped"] == []
 
-    actions = [_copy(src / "checkpoint-100", run / "checkpoint-100"), _copy(src / "checkpoint-200", run / "checkpoint-200"),
-               start_300, lambda: None, lambda: None, lambda: None,  # checkpoint-300 half written for 3 polls
-               _copy(src / "checkpoint-400", run / "checkpoint-400"),  # a later one lands meanwhile
-               lambda: None, lambda: half.write_bytes(data), _copy(src / "checkpoint-500", run / "checkpoint-500")]
+    actions = [
+        _copy(src / "checkpoint-100", run / "checkpoint-100"),
+        _copy(src / "checkpoint-200", run / "checkpoint-200"),
+        start_300,
+        lambda: None,
+        lambda: None,
+        lambda: None,  # checkpoint-300 half written for 3 polls
+        _copy(src / "checkpoint-400", run / "checkpoint-400"),  # a later one lands meanwhile
+        lambda: None,
+        lambda: half.write_bytes(data),
+        _copy(src / "checkpoint-500", run / "checkpoint-500"),
+    ]
     script = Script(actions, check)
     lines: list[str] = []
     outcome = _watcher(run, out, script, lines).run()
@@ -199,7 +211,13 @@ def test_a_half_written_checkpoint_is_waited_for_never_read_as_corrupt(tmp_path)
     assert status["last_step_analysed"] == 500 and status["checkpoints_analysed"] == 5
     assert all(ln.startswith("ckptscan") for ln in lines)
     assert not (run / "watch.json").exists() and sorted(p.name for p in run.iterdir()) == [
-        "checkpoint-100", "checkpoint-200", "checkpoint-300", "checkpoint-400", "checkpoint-500", "config.json"]
+        "checkpoint-100",
+        "checkpoint-200",
+        "checkpoint-300",
+        "checkpoint-400",
+        "checkpoint-500",
+        "config.json",
+    ]
 
 
 def test_an_abandoned_checkpoint_is_analysed_after_stale_seconds_and_reported(tmp_path):
@@ -258,11 +276,14 @@ def test_replayed_fault_drill_alarms_once_at_the_offline_confirmed_step(tmp_path
         def act():
             shutil.copytree(src / f"checkpoint-{step}", run / f"checkpoint-{step}")
             _truncated_log(src, run, step)
+
         return act
 
     hook_log = tmp_path / "hook.jsonl"
-    hook = (f"{sys.executable} -c \"import json, os; open({str(hook_log)!r}, 'a').write(json.dumps("
-            f"{{k: v for k, v in os.environ.items() if k.startswith('CKPTSCAN_')}}) + '\\n')\"")
+    hook = (
+        f"{sys.executable} -c \"import json, os; open({str(hook_log)!r}, 'a').write(json.dumps("
+        f"{{k: v for k, v in os.environ.items() if k.startswith('CKPTSCAN_')}}) + '\\n')\""
+    )
     lines: list[str] = []
     script = Script([land(s) for s in steps])
     outcome = _watcher(run, tmp_path / "out", script, lines, on_alarm=hook).run()
@@ -287,7 +308,8 @@ def test_replayed_fault_drill_alarms_once_at_the_offline_confirmed_step(tmp_path
 def test_hook_runs_without_a_shell_and_failures_are_reported(tmp_path):
     out = tmp_path / "argv.json"
     lines: list[str] = []
-    cmd = f"{sys.executable} -c 'import json, sys; json.dump(sys.argv[1:], open(sys.argv[1], \"w\"))' {out} '$HOME;' '`id`'"
+    script = 'import json, sys; json.dump(sys.argv[1:], open(sys.argv[1], "w"))'
+    cmd = f"{sys.executable} -c '{script}' {out} '$HOME;' '`id`'"
     rec = run_hook(cmd, {"CKPTSCAN_FAULT_TYPE": "high_lr"}, 30, lines.append)
     assert rec["exit_code"] == 0 and rec["error"] is None
     assert json.loads(out.read_text()) == [str(out), "$HOME;", "`id`"]  # no expansion, no substitution
@@ -305,9 +327,22 @@ def test_hook_runs_without_a_shell_and_failures_are_reported(tmp_path):
 
 # a tiny dense drill whose LR grows steeply from step 250: saved every 20 steps, it trains in a few
 # seconds; the healthy twin is the same run without the fault
-TINY_DRILL = {"steps": 700, "save_every": 20, "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "head_dim": 8,
-              "ffn": 16, "batch_size": 4, "seq_len": 32, "replay": False, "warmup": 40, "onset": 250,
-              "naming": "llama", "seed": 0}
+TINY_DRILL = {
+    "steps": 700,
+    "save_every": 20,
+    "d_model": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 8,
+    "ffn": 16,
+    "batch_size": 4,
+    "seq_len": 32,
+    "replay": False,
+    "warmup": 40,
+    "onset": 250,
+    "naming": "llama",
+    "seed": 0,
+}
 PACE_S = 0.25  # the trainer pauses after each save, as a real one spends time between saves
 
 
@@ -331,12 +366,37 @@ def _watch_while_training(tmp_path: Path, fault: str, monkeypatch):
     run, out = tmp_path / "run", tmp_path / "out"
     run.mkdir()
     hook_log = tmp_path / "hook.json"
-    hook = (f"{sys.executable} -c \"import json, os, time; json.dump({{**{{k: v for k, v in os.environ.items() "
-            f"if k.startswith('CKPTSCAN_')}}, 't': time.time()}}, open({str(hook_log)!r}, 'w'))\"")
+    hook = (
+        f'{sys.executable} -c "import json, os, time; json.dump({{**{{k: v for k, v in os.environ.items() '
+        f"if k.startswith('CKPTSCAN_')}}, 't': time.time()}}, open({str(hook_log)!r}, 'w'))\""
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ckptscan.cli", "watch", str(run), "-o", str(out), "--poll", "0.1",
-                             "--idle", "5", "--on-alarm", hook, "-q", "--nice", "0", "--device", "cpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ckptscan.cli",
+            "watch",
+            str(run),
+            "-o",
+            str(out),
+            "--poll",
+            "0.1",
+            "--idle",
+            "5",
+            "--on-alarm",
+            hook,
+            "-q",
+            "--nice",
+            "0",
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     saves: dict[int, float] = {}
     try:
         time.sleep(1.0)  # watch is up and looking at an empty run when training starts
@@ -352,7 +412,9 @@ def _watch_while_training(tmp_path: Path, fault: str, monkeypatch):
 
 @pytest.mark.slow
 def test_watch_alarms_before_divergence_on_a_training_fault_drill(tmp_path, monkeypatch):
-    run, _out, truth, saves, code, stdout, stderr, status, hook = _watch_while_training(tmp_path, "high-lr", monkeypatch)
+    run, _out, truth, saves, code, stdout, stderr, status, hook = _watch_while_training(
+        tmp_path, "high-lr", monkeypatch
+    )
     div = truth["divergence_step"]
     assert div is not None, truth
     offline = analyze(run, out_dir=tmp_path / "offline", command=[]).verdict
@@ -372,7 +434,9 @@ def test_watch_alarms_before_divergence_on_a_training_fault_drill(tmp_path, monk
 
 @pytest.mark.slow
 def test_watch_stays_quiet_on_the_healthy_twin(tmp_path, monkeypatch):
-    run, _out, truth, saves, code, stdout, stderr, status, hook = _watch_while_training(tmp_path, "none", monkeypatch)
+    run, _out, truth, saves, code, stdout, stderr, status, hook = _watch_while_training(
+        tmp_path, "none", monkeypatch
+    )
     assert truth["divergence_step"] is None
     assert status["alarm"] is None and hook is None, status
     assert status["last_step_analysed"] == max(saves) and status["stop_reason"] == "idle"

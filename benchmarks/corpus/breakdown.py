@@ -29,7 +29,9 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
     "fault": lambda t: t["fault"] if not t.get("benign") else f"none ({t['benign']})",
     "lr shape": lambda t: t.get("lr_shape") or ("growth" if t["fault"] in ("high-lr", "combined") else "-"),
     "optimizer": lambda t: (t["params"].get("optimizer") or {"name": "adamw"}).get("name"),
-    "schedule": lambda t: {"cosine": "cos", "constant": "const"}.get(t["params"].get("schedule"), t["params"].get("schedule")),
+    "schedule": lambda t: {"cosine": "cos", "constant": "const"}.get(
+        t["params"].get("schedule"), t["params"].get("schedule")
+    ),
     "model": lambda t: t["params"].get("naming"),
     "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
 }
@@ -75,14 +77,18 @@ def format_tables(pairs: list[tuple[dict, dict]]) -> str:
     for dim, key in DIMENSIONS.items():
         groups = tally(pairs, key)
         width = max(len(dim), *(len(str(v)) for v in groups))
-        lines.append(f"{dim:<{width}}  runs  fault  detected  class right  false alarms  inconclusive  "
-                     f"lead - log-only (1st / 1st after onset)")
+        lines.append(
+            f"{dim:<{width}}  runs  fault  detected  class right  false alarms  inconclusive  "
+            f"lead - log-only (1st / 1st after onset)"
+        )
         for value, g in groups.items():
             det = f"{g['detected']}/{g['fault']}" if g["fault"] else "-"
             leads = " / ".join("-" if g[k] is None else f"{g[k]:g}" for k in LEADS)
-            lines.append(f"{value!s:<{width}}  {g['runs']:>4}  {g['fault']:>5}  {det:>8}  "
-                         f"{g['class_right']:>5}/{g['runs']:<5}  {g['false_alarms']:>6}/{g['runs']:<5}  "
-                         f"{g['inconclusive']:>12}  {leads}")
+            lines.append(
+                f"{value!s:<{width}}  {g['runs']:>4}  {g['fault']:>5}  {det:>8}  "
+                f"{g['class_right']:>5}/{g['runs']:<5}  {g['false_alarms']:>6}/{g['runs']:<5}  "
+                f"{g['inconclusive']:>12}  {leads}"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -90,8 +96,9 @@ def format_tables(pairs: list[tuple[dict, dict]]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, required=True, help="the corpus part (folders with truth.json)")
-    ap.add_argument("--eval", dest="eval_json", type=Path, required=True,
-                    help="the output of ckptscan eval --json")
+    ap.add_argument(
+        "--eval", dest="eval_json", type=Path, required=True, help="the output of ckptscan eval --json"
+    )
     ap.add_argument("--json", action="store_true", help="print the tallies as JSON")
     args = ap.parse_args(argv)
     data = json.loads(args.eval_json.read_text())

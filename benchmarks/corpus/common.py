@@ -46,18 +46,36 @@ SEQ_LEN, BATCH_SIZE = 64, 8
 NAN_EXTRA_SAVES = 2  # after a non-finite loss, stop at the save at/after it plus this many more
 
 # tiny models: vocab 256 (bytes), hidden 64, 2 layers, 4 query heads, 2 KV heads, head_dim 16
-_DIMS = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
-         "tie_word_embeddings": False, "use_cache": False,
-         "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+_DIMS = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": False,
+    "use_cache": False,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "pad_token_id": None,
+}
 _MOE = {"num_experts_per_tok": 2, "router_aux_loss_coef": 0.01, "output_router_logits": True}
 MODELS = {  # name -> (model class, config class, extra config) ; MoE: 4 experts of width 32, top-2
     "llama": (LlamaForCausalLM, LlamaConfig, {"intermediate_size": 128}),
     "qwen3": (Qwen3ForCausalLM, Qwen3Config, {"intermediate_size": 128}),
     "mixtral": (MixtralForCausalLM, MixtralConfig, dict(intermediate_size=32, num_local_experts=4, **_MOE)),
-    "qwen2moe": (Qwen2MoeForCausalLM, Qwen2MoeConfig,
-                 dict(intermediate_size=32, moe_intermediate_size=32, shared_expert_intermediate_size=32,
-                      num_experts=4, **_MOE)),
+    "qwen2moe": (
+        Qwen2MoeForCausalLM,
+        Qwen2MoeConfig,
+        dict(
+            intermediate_size=32,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=4,
+            **_MOE,
+        ),
+    ),
     "olmoe": (OlmoeForCausalLM, OlmoeConfig, dict(intermediate_size=32, num_experts=4, **_MOE)),
 }
 MOE_MODELS = ("mixtral", "qwen2moe", "olmoe")
@@ -108,15 +126,21 @@ class RunSpec:
             return self.opt
         b1, b2 = self.betas
         tag = f"adamw{str(b2)[2:]}" + ("" if b1 == 0.9 else f"b{str(b1)[2:]}")
-        return tag + ("" if self.eps == 1e-8 else f"-eps{self.eps:g}") + ("" if self.wd == 0.1 else f"-wd{self.wd:g}")
+        return (
+            tag
+            + ("" if self.eps == 1e-8 else f"-eps{self.eps:g}")
+            + ("" if self.wd == 0.1 else f"-wd{self.wd:g}")
+        )
 
     @property
     def recipe(self) -> str:
         """Everything but the fault: a fault run and its healthy twin share it."""
         pct = round(100 * self.warmup / self.steps)
         store = "" if self.storage == "default" else f"-{self.storage}"
-        return (f"{self.framework}-{self.model}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
-                f"-s{self.seed}{store}")
+        return (
+            f"{self.framework}-{self.model}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
+            f"-s{self.seed}{store}"
+        )
 
     @property
     def name(self) -> str:
@@ -129,15 +153,21 @@ class RunSpec:
             if self.lr_fault is not None:
                 lf = self.lr_fault
                 factor, growth = lf.get("factor", 0), lf.get("growth", 0)
-                parts.append({"growth": f"growth{growth:g}", "jump": f"jump{factor:g}",
-                              "jump-growth": f"jump{factor:g}growth{growth:g}",
-                              "ramp": f"ramp{factor:g}over{lf.get('ramp_steps', 0)}"}[lf["shape"]])
+                parts.append(
+                    {
+                        "growth": f"growth{growth:g}",
+                        "jump": f"jump{factor:g}",
+                        "jump-growth": f"jump{factor:g}growth{growth:g}",
+                        "ramp": f"ramp{factor:g}over{lf.get('ramp_steps', 0)}",
+                    }[lf["shape"]]
+                )
             tail = {"lowprec-attention": "lowprec", "high-lr": "highlr"}.get(self.fault, self.fault)
             tail = f"{tail}-{'-'.join(parts)}-on{self.onset}"
         return f"{self.recipe}-{tail}"
 
 
 # --- model, optimizer, schedule ----------------------------------------------------------------------
+
 
 def model_config(name: str):
     _, config_cls, extra = MODELS[name]
@@ -168,8 +198,15 @@ def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimi
 
 def lr_at(step: int, spec: RunSpec) -> float:
     """The LR of optimizer step ``step`` (1-based): planned schedule times the fault's multiplier."""
-    lr = planned_lr(step, peak=spec.lr, schedule=spec.schedule, warmup=spec.warmup, total=spec.steps,
-                    onset=spec.onset, benign=spec.benign)
+    lr = planned_lr(
+        step,
+        peak=spec.lr,
+        schedule=spec.schedule,
+        warmup=spec.warmup,
+        total=spec.steps,
+        onset=spec.onset,
+        benign=spec.benign,
+    )
     return lr * faults.lr_multiplier(step, spec.onset, spec.lr_fault)
 
 
@@ -196,6 +233,7 @@ def lm_loss(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # --- data -----------------------------------------------------------------------------------------
+
 
 @functools.cache
 def corpus():
@@ -227,6 +265,7 @@ class BatchStream(torch.utils.data.IterableDataset):
 
 # --- the per-step record and the ground truth ------------------------------------------------------
 
+
 class StepRecord:
     """The losses the training code itself saw (truth's divergence step is computed from these, not
     from the framework's log), and when to stop after a non-finite loss."""
@@ -257,16 +296,29 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
     lr_fault = spec.lr_fault or {}
     c = corpus()
     params = {
-        "naming": spec.model, "model": model_config(spec.model).to_diff_dict(),
+        "naming": spec.model,
+        "model": model_config(spec.model).to_diff_dict(),
         "model_class": model_cls.__name__,
-        "seq_len": SEQ_LEN, "batch_size": BATCH_SIZE, "framework": spec.framework,
-        "optimizer": {"name": spec.opt, "lr": spec.lr, **({"betas": list(spec.betas), "eps": spec.eps}
-                                                          if spec.opt == "adamw" else {}),
-                      **({"momentum": 0.9} if spec.opt == "sgd" else {}), "weight_decay": spec.wd},
-        "schedule": spec.schedule, "warmup": spec.warmup, "save_every": spec.save_every, "lr": spec.lr,
-        "grad_clip": 1.0, "dtype": "float32", "storage": spec.storage,
+        "seq_len": SEQ_LEN,
+        "batch_size": BATCH_SIZE,
+        "framework": spec.framework,
+        "optimizer": {
+            "name": spec.opt,
+            "lr": spec.lr,
+            **({"betas": list(spec.betas), "eps": spec.eps} if spec.opt == "adamw" else {}),
+            **({"momentum": 0.9} if spec.opt == "sgd" else {}),
+            "weight_decay": spec.wd,
+        },
+        "schedule": spec.schedule,
+        "warmup": spec.warmup,
+        "save_every": spec.save_every,
+        "lr": spec.lr,
+        "grad_clip": 1.0,
+        "dtype": "float32",
+        "storage": spec.storage,
         "attn_implementation": faults.ATTN_IMPL,
-        "threads": torch.get_num_threads(), **extra,
+        "threads": torch.get_num_threads(),
+        **extra,
     }
     truth = {
         "fault": spec.fault,
@@ -279,20 +331,27 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
         "lr_shape": lr_fault.get("shape"),
         "lr_severity": lr_fault.get("factor", lr_fault.get("growth")),
         "lr_fault": spec.lr_fault,
-        "lowprec": None if spec.severity is None else {"mantissa_bits": faults.FAULT.mantissa_bits,
-                                                       "amplification_per_1000_steps": spec.severity},
+        "lowprec": None
+        if spec.severity is None
+        else {"mantissa_bits": faults.FAULT.mantissa_bits, "amplification_per_1000_steps": spec.severity},
         "seed": spec.seed,
         "steps_planned": spec.steps,
         "steps_run": rec.steps[-1] if rec.steps else 0,
         "recipe": spec.recipe,
         "checkpoints": checkpoints,
-        "divergence_rule": {"ema_beta": EMA_BETA, "margin_nats": DIVERGENCE_MARGIN, "text":
-                            "first step where EMA(loss) > running min of EMA + margin, or loss NaN/Inf"},
+        "divergence_rule": {
+            "ema_beta": EMA_BETA,
+            "margin_nats": DIVERGENCE_MARGIN,
+            "text": "first step where EMA(loss) > running min of EMA + margin, or loss NaN/Inf",
+        },
         "final_loss": _mean_tail(rec.losses),
         "params": params,
         "spec": {**asdict(spec), "betas": list(spec.betas) if spec.betas else None},
-        "data": {"source": "python stdlib .py sources", "fingerprint": c.fingerprint,
-                 "python": platform.python_version()},
+        "data": {
+            "source": "python stdlib .py sources",
+            "fingerprint": c.fingerprint,
+            "python": platform.python_version(),
+        },
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "elapsed_s": round(time.perf_counter() - rec.t0, 2),
     }

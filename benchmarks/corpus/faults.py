@@ -74,4 +74,3 @@ def lr_multiplier(step: int, onset: int | None, lr_fault: dict | None) -> float:
     if shape == "ramp":
         return 1.0 + (lr_fault["factor"] - 1.0) * min(1.0, (dt + 1) / lr_fault["ramp_steps"])
     raise ValueError(f"unknown LR fault shape {shape!r}; choose one of {', '.join(LR_SHAPES)}")
-

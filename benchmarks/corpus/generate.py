@@ -29,8 +29,11 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks.corpus`` imp
 
 from benchmarks.corpus.recipes import PARTS, smoke_specs
 
-STACKS = {"hf": "benchmarks.corpus.hf_trainer", "plain": "benchmarks.corpus.plain_loop",
-          "lightning": "benchmarks.corpus.lightning_run"}
+STACKS = {
+    "hf": "benchmarks.corpus.hf_trainer",
+    "plain": "benchmarks.corpus.plain_loop",
+    "lightning": "benchmarks.corpus.lightning_run",
+}
 
 
 def train_one(run_dir: str, spec) -> dict:
@@ -49,15 +52,19 @@ def train_one(run_dir: str, spec) -> dict:
 def summary_row(name: str, truth: dict) -> str:
     lr = f"{truth['lr_shape']} {truth['lr_severity']:g}" if truth.get("lr_shape") else "-"
     sev = f"{truth['severity']:g}" if truth.get("severity") is not None else "-"
-    return (f"{name:<78} {truth['fault']:<17} {truth.get('benign') or '-':<11} {sev:>6} {lr:<15} "
-            f"{_cell(truth['onset_step'] or truth.get('benign_step')):>6} "
-            f"{_cell(truth['divergence_step']):>6} "
-            f"{_cell(truth['nan_step']):>6} {truth['steps_run']:>5}/{truth['steps_planned']:<5} "
-            f"{_cell(truth.get('final_loss')):>7} {truth['elapsed_s']:>7.1f}")
+    return (
+        f"{name:<78} {truth['fault']:<17} {truth.get('benign') or '-':<11} {sev:>6} {lr:<15} "
+        f"{_cell(truth['onset_step'] or truth.get('benign_step')):>6} "
+        f"{_cell(truth['divergence_step']):>6} "
+        f"{_cell(truth['nan_step']):>6} {truth['steps_run']:>5}/{truth['steps_planned']:<5} "
+        f"{_cell(truth.get('final_loss')):>7} {truth['elapsed_s']:>7.1f}"
+    )
 
 
-SUMMARY_HEAD = (f"{'run':<78} {'fault':<17} {'benign':<11} {'lp sev':>6} {'lr fault':<15} {'onset':>6} "
-                f"{'diverg':>6} {'nan':>6} {'run/planned':<11} {'loss':>7} {'seconds':>7}")
+SUMMARY_HEAD = (
+    f"{'run':<78} {'fault':<17} {'benign':<11} {'lp sev':>6} {'lr fault':<15} {'onset':>6} "
+    f"{'diverg':>6} {'nan':>6} {'run/planned':<11} {'loss':>7} {'seconds':>7}"
+)
 
 
 def _cell(v) -> str:
@@ -66,8 +73,9 @@ def _cell(v) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True,
-                    help="where the parts are written (outside the repository)")
+    ap.add_argument(
+        "--out", type=Path, required=True, help="where the parts are written (outside the repository)"
+    )
     ap.add_argument("--part", choices=sorted(PARTS), default="calibration")
     ap.add_argument("--jobs", type=int, default=2, help="runs trained side by side (one thread each)")
     ap.add_argument("--only", metavar="GLOB", help="only runs whose name matches GLOB")
@@ -83,8 +91,10 @@ def main(argv=None) -> int:
     if args.list:
         for s in specs:
             print(s.name)
-        print(f"{len(specs)} runs: {sum(s.fault == 'none' for s in specs)} healthy/benign, "
-              f"{sum(s.fault != 'none' for s in specs)} fault, {sum(s.steps for s in specs)} steps planned")
+        print(
+            f"{len(specs)} runs: {sum(s.fault == 'none' for s in specs)} healthy/benign, "
+            f"{sum(s.fault != 'none' for s in specs)} fault, {sum(s.steps for s in specs)} steps planned"
+        )
         return 0
     if args.summary:
         print(SUMMARY_HEAD)
@@ -98,10 +108,15 @@ def main(argv=None) -> int:
     if part_dir.is_dir() and not args.only:
         stale = sorted({p.name for p in part_dir.iterdir() if p.is_dir()} - {s.name for s in specs})
         for name in stale:
-            print(f"note: {part_dir / name} is not in the part's list (an older recipe?): left alone",
-                  file=sys.stderr)
-    print(f"{part_dir}: {len(specs) - len(todo)} runs present, training {len(todo)} ...",
-          file=sys.stderr, flush=True)
+            print(
+                f"note: {part_dir / name} is not in the part's list (an older recipe?): left alone",
+                file=sys.stderr,
+            )
+    print(
+        f"{part_dir}: {len(specs) - len(todo)} runs present, training {len(todo)} ...",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     print(SUMMARY_HEAD, flush=True)
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -62,17 +62,36 @@ def train(run: Path, spec: RunSpec) -> dict:
     sched = build_scheduler(opt, spec)
     rec = StepRecord(spec)
     args = TrainingArguments(
-        output_dir=str(run), max_steps=spec.steps, per_device_train_batch_size=BATCH_SIZE,
-        save_strategy="steps", save_steps=spec.save_every, save_only_model=spec.storage != "full",
-        logging_steps=1, report_to="none", use_cpu=True, seed=spec.seed, max_grad_norm=1.0,
-        dataloader_pin_memory=False, disable_tqdm=True, log_level="error",
+        output_dir=str(run),
+        max_steps=spec.steps,
+        per_device_train_batch_size=BATCH_SIZE,
+        save_strategy="steps",
+        save_steps=spec.save_every,
+        save_only_model=spec.storage != "full",
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=spec.seed,
+        max_grad_norm=1.0,
+        dataloader_pin_memory=False,
+        disable_tqdm=True,
+        log_level="error",
     )
-    trainer = _CorpusTrainer(model=model, args=args, train_dataset=BatchStream(spec, rows=True),
-                             optimizers=(opt, sched), callbacks=[_FaultSwitch(spec, rec)], record=rec)
+    trainer = _CorpusTrainer(
+        model=model,
+        args=args,
+        train_dataset=BatchStream(spec, rows=True),
+        optimizers=(opt, sched),
+        callbacks=[_FaultSwitch(spec, rec)],
+        record=rec,
+    )
     trainer.remove_callback(PrinterCallback)  # the log goes to trainer_state.json, not to stdout
     hf_logging.disable_progress_bar()
     trainer.train()
-    checkpoints = sorted((p for p in run.iterdir() if p.name.startswith("checkpoint-")),
-                         key=lambda p: int(p.name.split("-")[1]))
-    return write_truth(run, spec, rec, [p.name for p in checkpoints],
-                       {"log": "checkpoint-N/trainer_state.json"})
+    checkpoints = sorted(
+        (p for p in run.iterdir() if p.name.startswith("checkpoint-")),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
+    return write_truth(
+        run, spec, rec, [p.name for p in checkpoints], {"log": "checkpoint-N/trainer_state.json"}
+    )

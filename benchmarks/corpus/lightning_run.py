@@ -78,13 +78,27 @@ def train(run: Path, spec: RunSpec) -> dict:
     module = CorpusModule(spec, rec)
     module.model.config.save_pretrained(run)
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_steps=spec.steps, gradient_clip_val=1.0, log_every_n_steps=1,
-        logger=CSVLogger(run), default_root_dir=run, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[ModelCheckpoint(every_n_train_steps=spec.save_every, save_top_k=-1),
-                   LearningRateMonitor(logging_interval="step")],
+        accelerator="cpu",
+        devices=1,
+        max_steps=spec.steps,
+        gradient_clip_val=1.0,
+        log_every_n_steps=1,
+        logger=CSVLogger(run),
+        default_root_dir=run,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[
+            ModelCheckpoint(every_n_train_steps=spec.save_every, save_top_k=-1),
+            LearningRateMonitor(logging_interval="step"),
+        ],
     )
     loader = torch.utils.data.DataLoader(BatchStream(spec), batch_size=None)
     trainer.fit(module, loader)
     ckpts = sorted((run / CKPT_DIR).glob("*.ckpt"), key=lambda p: int(p.stem.rsplit("=", 1)[1]))
-    return write_truth(run, spec, rec, [p.relative_to(run).as_posix() for p in ckpts],
-                       {"log": "lightning_logs/version_0/metrics.csv"})
+    return write_truth(
+        run,
+        spec,
+        rec,
+        [p.relative_to(run).as_posix() for p in ckpts],
+        {"log": "lightning_logs/version_0/metrics.csv"},
+    )

@@ -39,12 +39,29 @@ OPTIMIZERS = {  # adamw99b8 and adamw95-eps1e-06: reported part only
 class Recipe:
     """A healthy recipe and constructors for its twins."""
 
-    def __init__(self, framework: str, model: str, opt: str, schedule: str, warmup_pct: float, every: int,
-                 seed: int, storage: str = "default"):
+    def __init__(
+        self,
+        framework: str,
+        model: str,
+        opt: str,
+        schedule: str,
+        warmup_pct: float,
+        every: int,
+        seed: int,
+        storage: str = "default",
+    ):
         steps = STEPS[every]
-        self.kw = dict(framework=framework, model=model, **OPTIMIZERS[opt], schedule=schedule,
-                       warmup=round(warmup_pct * steps / 100), steps=steps, save_every=every, seed=seed,
-                       storage=storage)
+        self.kw = dict(
+            framework=framework,
+            model=model,
+            **OPTIMIZERS[opt],
+            schedule=schedule,
+            warmup=round(warmup_pct * steps / 100),
+            steps=steps,
+            save_every=every,
+            seed=seed,
+            storage=storage,
+        )
 
     def at(self, frac: float) -> int:
         """An onset at ``frac`` of the run (not aligned to the saves, as real faults are not)."""
@@ -65,8 +82,13 @@ class Recipe:
         return RunSpec(**self.kw, fault="high-lr", onset=self.at(frac), lr_fault={"shape": shape, **lr})
 
     def combined(self, frac: float, severity: float, shape: str, **lr) -> RunSpec:
-        return RunSpec(**self.kw, fault="combined", onset=self.at(frac), severity=severity,
-                       lr_fault={"shape": shape, **lr})
+        return RunSpec(
+            **self.kw,
+            fault="combined",
+            onset=self.at(frac),
+            severity=severity,
+            lr_fault={"shape": shape, **lr},
+        )
 
 
 def _check(specs: list[RunSpec]) -> list[RunSpec]:
@@ -114,39 +136,73 @@ def calibration() -> list[RunSpec]:
 
     specs = [rc.healthy() for rc in recipes]
     specs += [  # benign events (fault "none")
-        a.benign("warmup-cut"), c.benign("warmup-cut"), h.benign("warmup-cut"), z.benign("warmup-cut"),
-        b.benign("data-switch", 0.4), g.benign("data-switch", 0.5), s.benign("data-switch", 0.3),
+        a.benign("warmup-cut"),
+        c.benign("warmup-cut"),
+        h.benign("warmup-cut"),
+        z.benign("warmup-cut"),
+        b.benign("data-switch", 0.4),
+        g.benign("data-switch", 0.5),
+        s.benign("data-switch", 0.3),
         x.benign("data-switch", 0.6),
-        f.benign("rewarm", 0.5), m.benign("rewarm", 0.6), t.benign("rewarm", 0.45), y.benign("rewarm", 0.5),
+        f.benign("rewarm", 0.5),
+        m.benign("rewarm", 0.6),
+        t.benign("rewarm", 0.45),
+        y.benign("rewarm", 0.5),
         o.benign("data-switch", 0.35),
     ]
     specs += [  # lowprec-attention
-        a.lowprec(0.4, 4000), b.lowprec(0.3, 5000), c.lowprec(0.35, 4000), f.lowprec(0.25, 4000),
-        g.lowprec(0.5, 6000), m.lowprec(0.3, 3000), d.lowprec(0.33, 1500), j.lowprec(0.5, 1000),
-        s.lowprec(0.4, 4000), t.lowprec(0.55, 3000), x.lowprec(0.35, 3000), aa.lowprec(0.3, 800),
-        k.lowprec(0.3, 8000), n.lowprec(0.3, 16000),
+        a.lowprec(0.4, 4000),
+        b.lowprec(0.3, 5000),
+        c.lowprec(0.35, 4000),
+        f.lowprec(0.25, 4000),
+        g.lowprec(0.5, 6000),
+        m.lowprec(0.3, 3000),
+        d.lowprec(0.33, 1500),
+        j.lowprec(0.5, 1000),
+        s.lowprec(0.4, 4000),
+        t.lowprec(0.55, 3000),
+        x.lowprec(0.35, 3000),
+        aa.lowprec(0.3, 800),
+        k.lowprec(0.3, 8000),
+        n.lowprec(0.3, 16000),
     ]
     specs += [  # high-lr, four shapes
-        a.highlr(0.5, "growth", growth=8), h.highlr(0.3, "growth", growth=6),
+        a.highlr(0.5, "growth", growth=8),
+        h.highlr(0.3, "growth", growth=6),
         u.highlr(0.4, "growth", growth=8),
-        y.highlr(0.35, "growth", growth=4), v.highlr(0.3, "growth", growth=3),
-        b.highlr(0.4, "jump", factor=12), i.highlr(0.3, "jump", factor=8), o.highlr(0.5, "jump", factor=8),
-        r.highlr(0.4, "jump", factor=10), p.highlr(0.35, "jump", factor=5), bb.highlr(0.3, "jump", factor=8),
-        f.highlr(0.4, "jump-growth", factor=5, growth=4), c.highlr(0.45, "jump-growth", factor=4, growth=5),
-        q.highlr(0.3, "jump-growth", factor=6, growth=3), x.highlr(0.4, "jump-growth", factor=4, growth=4),
-        j.highlr(0.3, "jump-growth", factor=3, growth=3), e.highlr(0.3, "jump-growth", factor=4, growth=4),
-        g.highlr(0.35, "ramp", factor=30, ramp_steps=300), s.highlr(0.3, "ramp", factor=25, ramp_steps=400),
-        z.highlr(0.5, "ramp", factor=40, ramp_steps=1000), d.highlr(0.5, "ramp", factor=8, ramp_steps=200),
+        y.highlr(0.35, "growth", growth=4),
+        v.highlr(0.3, "growth", growth=3),
+        b.highlr(0.4, "jump", factor=12),
+        i.highlr(0.3, "jump", factor=8),
+        o.highlr(0.5, "jump", factor=8),
+        r.highlr(0.4, "jump", factor=10),
+        p.highlr(0.35, "jump", factor=5),
+        bb.highlr(0.3, "jump", factor=8),
+        f.highlr(0.4, "jump-growth", factor=5, growth=4),
+        c.highlr(0.45, "jump-growth", factor=4, growth=5),
+        q.highlr(0.3, "jump-growth", factor=6, growth=3),
+        x.highlr(0.4, "jump-growth", factor=4, growth=4),
+        j.highlr(0.3, "jump-growth", factor=3, growth=3),
+        e.highlr(0.3, "jump-growth", factor=4, growth=4),
+        g.highlr(0.35, "ramp", factor=30, ramp_steps=300),
+        s.highlr(0.3, "ramp", factor=25, ramp_steps=400),
+        z.highlr(0.5, "ramp", factor=40, ramp_steps=1000),
+        d.highlr(0.5, "ramp", factor=8, ramp_steps=200),
         m.highlr(0.6, "ramp", factor=20, ramp_steps=200),
     ]
     specs += [  # combined: lowprec + an LR shape, both weaker
-        a.combined(0.3, 2000, "growth", growth=4), g.combined(0.4, 3000, "jump", factor=6),
+        a.combined(0.3, 2000, "growth", growth=4),
+        g.combined(0.4, 3000, "jump", factor=6),
         s.combined(0.35, 1200, "jump-growth", factor=2, growth=3),
         t.combined(0.3, 1200, "ramp", factor=6, ramp_steps=600),
-        b.combined(0.5, 2000, "growth", growth=5), f.combined(0.3, 2500, "jump", factor=5),
-        x.combined(0.3, 800, "growth", growth=2), m.combined(0.45, 2000, "jump-growth", factor=3, growth=4),
-        d.combined(0.3, 800, "jump", factor=2), u.combined(0.3, 2500, "ramp", factor=12, ramp_steps=300),
-        h.combined(0.4, 2500, "jump", factor=6), q.combined(0.35, 2000, "growth", growth=4),
+        b.combined(0.5, 2000, "growth", growth=5),
+        f.combined(0.3, 2500, "jump", factor=5),
+        x.combined(0.3, 800, "growth", growth=2),
+        m.combined(0.45, 2000, "jump-growth", factor=3, growth=4),
+        d.combined(0.3, 800, "jump", factor=2),
+        u.combined(0.3, 2500, "ramp", factor=12, ramp_steps=300),
+        h.combined(0.4, 2500, "jump", factor=6),
+        q.combined(0.35, 2000, "growth", growth=4),
         y.combined(0.3, 800, "ramp", factor=6, ramp_steps=800),
         i.combined(0.4, 2500, "jump-growth", factor=3, growth=3),
     ]
@@ -156,15 +212,22 @@ def calibration() -> list[RunSpec]:
 # the reported part's severities, by optimizer (lowprec amplification; LR shapes as keyword sets)
 _LOWPREC = {"adamw": (3000, 5000, 7000, 4000), "sgd": (700, 1200, 1000), "adafactor": (6000, 10000)}
 _LR = {
-    "adamw": {"growth": ({"growth": 5}, {"growth": 7}, {"growth": 9}),
-              "jump": ({"factor": 4}, {"factor": 6}, {"factor": 8}, {"factor": 10}),
-              "jump-growth": ({"factor": 4, "growth": 4}, {"factor": 6, "growth": 3},
-                              {"factor": 3, "growth": 6}),
-              "ramp": ({"factor": 15, "ramp_steps": 200}, {"factor": 30, "ramp_steps": 400},
-                       {"factor": 50, "ramp_steps": 300})},
-    "sgd": {"growth": ({"growth": 2}, {"growth": 4}), "jump": ({"factor": 3}, {"factor": 6}),
-            "jump-growth": ({"factor": 2, "growth": 3}, {"factor": 3, "growth": 2}),
-            "ramp": ({"factor": 4, "ramp_steps": 200}, {"factor": 8, "ramp_steps": 300})},
+    "adamw": {
+        "growth": ({"growth": 5}, {"growth": 7}, {"growth": 9}),
+        "jump": ({"factor": 4}, {"factor": 6}, {"factor": 8}, {"factor": 10}),
+        "jump-growth": ({"factor": 4, "growth": 4}, {"factor": 6, "growth": 3}, {"factor": 3, "growth": 6}),
+        "ramp": (
+            {"factor": 15, "ramp_steps": 200},
+            {"factor": 30, "ramp_steps": 400},
+            {"factor": 50, "ramp_steps": 300},
+        ),
+    },
+    "sgd": {
+        "growth": ({"growth": 2}, {"growth": 4}),
+        "jump": ({"factor": 3}, {"factor": 6}),
+        "jump-growth": ({"factor": 2, "growth": 3}, {"factor": 3, "growth": 2}),
+        "ramp": ({"factor": 4, "ramp_steps": 200}, {"factor": 8, "ramp_steps": 300}),
+    },
 }
 _LR["adafactor"] = _LR["adamw"]
 _KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ramp", "combined")
@@ -177,8 +240,10 @@ _SLOWER = {10: 1.0, 25: 1.0, 50: 1.0, 100: 0.5, 250: 0.3}
 
 
 def _slower(lr: dict, scale: float) -> dict:
-    return {k: round(v / scale) if k == "ramp_steps" else round(v * scale, 3) if k == "growth" else v
-            for k, v in lr.items()}
+    return {
+        k: round(v / scale) if k == "ramp_steps" else round(v * scale, 3) if k == "growth" else v
+        for k, v in lr.items()
+    }
 
 
 def _fault(rc: Recipe, i: int) -> RunSpec:
@@ -193,8 +258,9 @@ def _fault(rc: Recipe, i: int) -> RunSpec:
     if kind == "combined":  # both weaker: half the amplification, half the LR factor's excess or growth
         shape = LR_SHAPES[i % len(LR_SHAPES)]
         lr = _LR[opt][shape][i % len(_LR[opt][shape])]
-        weak = {k: v if k == "ramp_steps" else 1 + (v - 1) / 2 if k == "factor" else v / 2
-                for k, v in lr.items()}
+        weak = {
+            k: v if k == "ramp_steps" else 1 + (v - 1) / 2 if k == "factor" else v / 2 for k, v in lr.items()
+        }
         return rc.combined(frac, sev / 2, shape, **_slower(weak, scale))
     return rc.highlr(frac, kind, **_slower(_LR[opt][kind][i % len(_LR[opt][kind])], scale))
 
@@ -231,8 +297,18 @@ def _held_out(seed0: int, shift: int) -> list[RunSpec]:
         fw = frameworks[j % 3]
         storage = {"hf": "full", "plain": "torch"}.get(fw, "default") if j % 7 == 3 else "default"
         model = models[j % 5 if i < 5 else (i // 5 + j) % 5]
-        recs.append(Recipe(fw, model, opts[j % 7], schedules[(i // 5 + shift) % 4], warmups[j % 11], every,
-                           seed0 + i, storage=storage))
+        recs.append(
+            Recipe(
+                fw,
+                model,
+                opts[j % 7],
+                schedules[(i // 5 + shift) % 4],
+                warmups[j % 11],
+                every,
+                seed0 + i,
+                storage=storage,
+            )
+        )
     specs = [rc.healthy() for rc in recs]
     for i, rc in enumerate(recs[:20]):
         event = ("warmup-cut", "data-switch", "rewarm")[i % 3]
@@ -248,10 +324,24 @@ def smoke_specs() -> list[RunSpec]:
     """One tiny run per stack (60 steps, saves every 20): what the smoke test generates."""
     tiny = {"lr": 3e-3, "schedule": "cos", "warmup": 10, "steps": 60, "save_every": 20, "seed": 0}
     return [
-        RunSpec(framework="hf", model="mixtral", opt="adamw", **tiny, fault="lowprec-attention", onset=25,
-                severity=4000),
-        RunSpec(framework="plain", model="llama", opt="adamw", **tiny, fault="high-lr", onset=30,
-                lr_fault={"shape": "jump", "factor": 10}),
+        RunSpec(
+            framework="hf",
+            model="mixtral",
+            opt="adamw",
+            **tiny,
+            fault="lowprec-attention",
+            onset=25,
+            severity=4000,
+        ),
+        RunSpec(
+            framework="plain",
+            model="llama",
+            opt="adamw",
+            **tiny,
+            fault="high-lr",
+            onset=30,
+            lr_fault={"shape": "jump", "factor": 10},
+        ),
         RunSpec(framework="lightning", model="qwen2moe", opt="adamw", **tiny, benign="data-switch", onset=30),
     ]
 

@@ -45,8 +45,16 @@ def _decay(step: int, *, schedule: str, start: int, total: int) -> float:
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
 
 
-def planned_lr(step: int, *, peak: float, schedule: str, warmup: int, total: int,
-               onset: int | None = None, benign: str | None = None) -> float:
+def planned_lr(
+    step: int,
+    *,
+    peak: float,
+    schedule: str,
+    warmup: int,
+    total: int,
+    onset: int | None = None,
+    benign: str | None = None,
+) -> float:
     """The recipe's LR at optimizer step ``step`` (1-based), benign event included."""
     if benign == "warmup-cut":
         if step < onset:
@@ -54,8 +62,13 @@ def planned_lr(step: int, *, peak: float, schedule: str, warmup: int, total: int
         return peak * _decay(step, schedule=schedule, start=onset, total=total)
     if benign == "rewarm" and step >= onset:
         rest = total - onset + 1
-        return REWARM_PEAK * planned_lr(step - onset + 1, peak=peak, schedule=schedule,
-                                        warmup=max(1, round(REWARM_FRACTION * rest)), total=rest)
+        return REWARM_PEAK * planned_lr(
+            step - onset + 1,
+            peak=peak,
+            schedule=schedule,
+            warmup=max(1, round(REWARM_FRACTION * rest)),
+            total=rest,
+        )
     if step <= warmup:
         return peak * step / warmup
     return peak * _decay(step, schedule=schedule, start=warmup, total=total)

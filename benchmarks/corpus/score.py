@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.corpus import breakdown
+from benchmarks.corpus import breakdown  # noqa: E402 -- after the repository root is on sys.path
 
 
 def _analyze(args: tuple[str, str]) -> str:
@@ -57,7 +57,9 @@ def rows_for(runs_dirs: list[Path], out: Path, jobs: int, params=None) -> list[t
     if len(set(names)) != len(names):
         raise SystemExit("two runs share a folder name; score the parts separately")
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for run, status in zip(runs, pool.map(_analyze, [(str(r), str(out / r.name)) for r in runs])):
+        for run, status in zip(
+            runs, pool.map(_analyze, [(str(r), str(out / r.name)) for r in runs]), strict=False
+        ):
             if status not in ("ok", "cached"):
                 print(f"{run.name}: {status}", file=sys.stderr)
     pairs = []
@@ -93,12 +95,20 @@ def confidence_table(rows: list[dict]) -> dict[str, tuple[int, int]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=Path, nargs="+", required=True, help="folders of runs (each with truth.json)")
+    ap.add_argument(
+        "--runs", type=Path, nargs="+", required=True, help="folders of runs (each with truth.json)"
+    )
     ap.add_argument("--out", type=Path, required=True, help="analysis root (outside the repository)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--confidence", action="store_true", help="print the CONFIDENCE table these runs give")
-    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
-                    help="judge again with this detection parameter (ckptscan.judge.detect.Params field)")
+    ap.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="judge again with this detection parameter (ckptscan.judge.detect.Params field)",
+    )
     args = ap.parse_args(argv)
     from ckptscan.drills import evaluate
 
@@ -107,23 +117,34 @@ def main(argv=None) -> int:
     rows = [r for r, _ in pairs]
     args.out.mkdir(parents=True, exist_ok=True)
     name = "eval.json" if params is None else f"eval-{'-'.join(sorted(args.settings))}.json"
-    (args.out / name).write_text(json.dumps({"rows": rows, "totals": evaluate.totals(rows)}, indent=1,
-                                                   default=str))
+    (args.out / name).write_text(
+        json.dumps({"rows": rows, "totals": evaluate.totals(rows)}, indent=1, default=str)
+    )
     t = evaluate.totals(rows)
     fault = [r for r in rows if r["truth"] != "healthy"]
     clean = [r for r in rows if r["truth"] == "healthy"]
     print(f"runs {t['runs']}: healthy/benign {len(clean)}, fault {len(fault)}")
-    print(f"false alarms: {sum(r['false_alarm'] for r in clean)}/{len(clean)} healthy/benign runs, "
-          f"{sum(r['false_alarm'] for r in fault)}/{len(fault)} fault runs dated before their onset")
+    print(
+        f"false alarms: {sum(r['false_alarm'] for r in clean)}/{len(clean)} healthy/benign runs, "
+        f"{sum(r['false_alarm'] for r in fault)}/{len(fault)} fault runs dated before their onset"
+    )
     print(f"fault runs detected (at/after onset, before divergence): {t['detected']}/{len(fault)}")
-    print(f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "
-          f"runs; inconclusive {t['inconclusive']}, errors {t['errors']}")
-    print(f"median lead over the log-only rule (diverged fault runs), the rule read by its first alarm: "
-          f"{t['median_lead_over_log_only_first']}; by its first alarm at/after the onset: "
-          f"{t['median_lead_over_log_only']}")
-    conf_lead = evaluate.median([r["confirmed_lead_time"] for r in fault if r.get("confirmed_lead_time") is not None])
-    print(f"alarm confirmed before the divergence: {t['confirmed_before_divergence']}/{t['diverged']} diverged "
-          f"(median confirmed lead {'-' if conf_lead is None else f'{conf_lead:g}'} steps)")
+    print(
+        f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "
+        f"runs; inconclusive {t['inconclusive']}, errors {t['errors']}"
+    )
+    print(
+        f"median lead over the log-only rule (diverged fault runs), the rule read by its first alarm: "
+        f"{t['median_lead_over_log_only_first']}; by its first alarm at/after the onset: "
+        f"{t['median_lead_over_log_only']}"
+    )
+    conf_lead = evaluate.median(
+        [r["confirmed_lead_time"] for r in fault if r.get("confirmed_lead_time") is not None]
+    )
+    print(
+        f"alarm confirmed before the divergence: {t['confirmed_before_divergence']}/{t['diverged']} diverged "
+        f"(median confirmed lead {'-' if conf_lead is None else f'{conf_lead:g}'} steps)"
+    )
     print()
     print(breakdown.format_tables(pairs))
     table = confidence_table(rows)

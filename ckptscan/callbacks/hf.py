@@ -20,8 +20,16 @@ from .monitor import DEFAULT_EVERY, Alarm, Monitor
 
 
 class HFCallback(TrainerCallback):
-    def __init__(self, out_dir: str | Path, every: int = DEFAULT_EVERY, *, on_alarm=None,
-                 stop_on_alarm: bool = False, save_on_alarm: bool = False, **monitor_kwargs):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        every: int = DEFAULT_EVERY,
+        *,
+        on_alarm=None,
+        stop_on_alarm: bool = False,
+        save_on_alarm: bool = False,
+        **monitor_kwargs,
+    ):
         self.out_dir, self.every = Path(out_dir), every
         self.user_on_alarm, self.stop_on_alarm, self.save_on_alarm = on_alarm, stop_on_alarm, save_on_alarm
         self.monitor_kwargs = monitor_kwargs
@@ -31,7 +39,9 @@ class HFCallback(TrainerCallback):
 
     def _ensure(self, model) -> Monitor:
         if self.monitor is None:
-            self.monitor = Monitor(model, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs)
+            self.monitor = Monitor(
+                model, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs
+            )
         return self.monitor
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -43,7 +53,9 @@ class HFCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.monitor is not None and logs and "loss" in logs:
-            self.monitor.record(state.global_step, logs["loss"], logs.get("grad_norm"), logs.get("learning_rate"))
+            self.monitor.record(
+                state.global_step, logs["loss"], logs.get("grad_norm"), logs.get("learning_rate")
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is not None:

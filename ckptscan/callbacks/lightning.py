@@ -30,8 +30,16 @@ def _loss(outputs):
 
 
 class LightningCallback(Callback):
-    def __init__(self, out_dir: str | Path, every: int = DEFAULT_EVERY, *, on_alarm=None,
-                 stop_on_alarm: bool = False, save_on_alarm: bool = False, **monitor_kwargs):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        every: int = DEFAULT_EVERY,
+        *,
+        on_alarm=None,
+        stop_on_alarm: bool = False,
+        save_on_alarm: bool = False,
+        **monitor_kwargs,
+    ):
         self.out_dir, self.every = Path(out_dir), every
         self.user_on_alarm, self.stop_on_alarm, self.save_on_alarm = on_alarm, stop_on_alarm, save_on_alarm
         self.monitor_kwargs = monitor_kwargs
@@ -41,7 +49,9 @@ class LightningCallback(Callback):
 
     def on_fit_start(self, trainer, pl_module):
         if self.monitor is None:
-            self.monitor = Monitor(pl_module, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs)
+            self.monitor = Monitor(
+                pl_module, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs
+            )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
@@ -62,7 +72,9 @@ class LightningCallback(Callback):
                 trainer.should_stop = True
                 alarm.actions.append("stop")
             if self.save_on_alarm:
-                trainer.save_checkpoint(str(Path(trainer.default_root_dir) / f"ckptscan-alarm-step{alarm.step}.ckpt"))
+                trainer.save_checkpoint(
+                    str(Path(trainer.default_root_dir) / f"ckptscan-alarm-step{alarm.step}.ckpt")
+                )
                 alarm.actions.append("save")
         if self.user_on_alarm is not None:
             self.user_on_alarm(alarm)

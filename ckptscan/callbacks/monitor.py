@@ -145,8 +145,10 @@ class _Blocks:
     float32 copy kept as the next point's snapshot; otherwise the snapshot of the previous point."""
 
     def __init__(self, layout: Layout, read=None, device: torch.device | None = None):
-        self._blocks = {fam.name: {(fam.prefix_of(b), b.layer): b for b in fam.blocks(layout)}
-                        for fam in monitors.FAMILIES}
+        self._blocks = {
+            fam.name: {(fam.prefix_of(b), b.layer): b for b in fam.blocks(layout)}
+            for fam in monitors.FAMILIES
+        }
         self._read, self._device = read, device
         self.kept: dict[tuple, tuple] = {}
 
@@ -157,7 +159,9 @@ class _Blocks:
         b = self._blocks.get(family.name, {}).get((prefix, layer))
         if b is None:
             return None
-        now = tuple(None if x is None else x.to(self._device, torch.float32) for x in family.load(b, self._read))
+        now = tuple(
+            None if x is None else x.to(self._device, torch.float32) for x in family.load(b, self._read)
+        )
         # a float32 parameter's block is a view of the live weights: the snapshot must be a copy
         self.kept[key] = tuple(None if x is None else x.clone() for x in now)
         return now
@@ -183,11 +187,22 @@ class Monitor:
     it monitors (default: the model's class name); a store is resumed only by the same name.
     """
 
-    def __init__(self, model: torch.nn.Module, out_dir: str | Path, every: int = DEFAULT_EVERY, *,
-                 device: str | torch.device | None = None, on_alarm: Callable[[Alarm], Any] | None = None,
-                 detect: bool = True, detect_every: int = DEFAULT_DETECT_EVERY, config: dict | None = None,
-                 rename: Callable[[str], str] | None = None, layout_file: str | Path | None = None,
-                 log_file: str | Path | None = None, name: str | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        out_dir: str | Path,
+        every: int = DEFAULT_EVERY,
+        *,
+        device: str | torch.device | None = None,
+        on_alarm: Callable[[Alarm], Any] | None = None,
+        detect: bool = True,
+        detect_every: int = DEFAULT_DETECT_EVERY,
+        config: dict | None = None,
+        rename: Callable[[str], str] | None = None,
+        layout_file: str | Path | None = None,
+        log_file: str | Path | None = None,
+        name: str | None = None,
+    ):
         if every < 1 or detect_every < 1:
             raise ValueError("every and detect_every must be >= 1")
         self.model, self.out_dir, self.every = model, Path(out_dir), int(every)
@@ -215,8 +230,9 @@ class Monitor:
             self._points = {s: (s, v, f, src) for s, v, f, src in store.read_points(self.out_dir)}
 
     # -- the loop's calls ----------------------------------------------------------------------------
-    def step(self, step: int, loss: float | None = None, grad_norm: float | None = None,
-             lr: float | None = None) -> dict | None:
+    def step(
+        self, step: int, loss: float | None = None, grad_norm: float | None = None, lr: float | None = None
+    ) -> dict | None:
         """Call after every optimizer step with the number of optimizer steps taken so far.  Records
         ``loss``/``grad_norm``/``lr`` (when given) in the store's log; at a multiple of ``every``
         computes the point.  Returns the point's values (rank 0), else None."""
@@ -253,7 +269,9 @@ class Monitor:
         verdict = None
         if self.rank == 0:
             self._flush_log()
-            result = store.write_result(self.out_dir, self._sorted_points(), command=["ckptscan.callbacks.Monitor"])
+            result = store.write_result(
+                self.out_dir, self._sorted_points(), command=["ckptscan.callbacks.Monitor"]
+            )
             verdict = result.verdict if result.anomalous else None
         self._sync_alarm(verdict, step)
         return result
@@ -274,9 +292,15 @@ class Monitor:
 
     # -- internals -------------------------------------------------------------------------------------
     def _owner(self) -> dict:
-        return {"run": f"in-loop:{self.name}", "selection": {"steps": None, "every": None, "step_regex": None},
-                "source": store.SOURCE_IN_LOOP, "every": self.every, "layout": self.layout.describe(),
-                "device": str(self.device), "log_file": self.log_file}
+        return {
+            "run": f"in-loop:{self.name}",
+            "selection": {"steps": None, "every": None, "step_regex": None},
+            "source": store.SOURCE_IN_LOOP,
+            "every": self.every,
+            "layout": self.layout.describe(),
+            "device": str(self.device),
+            "log_file": self.log_file,
+        }
 
     def _compute(self, step: int) -> dict:
         if self._prev_step is None or step <= self._prev_step:
@@ -340,4 +364,3 @@ def _num(x) -> float | None:
     """A float for the log (a tensor's item), None for NaN/Inf (a JSON null: non-finite)."""
     v = float(x.item() if isinstance(x, torch.Tensor) else x)
     return v if math.isfinite(v) else None
-

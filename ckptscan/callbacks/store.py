@@ -56,11 +56,14 @@ def claim(out: Path, record: dict) -> None:
     owner = read_owner(out)
     if owner is not None:
         if owner.get("source") != SOURCE_IN_LOOP:
-            raise UsageError(f"{out} holds the analysis of {owner.get('run')}; an in-loop store needs a "
-                             f"folder of its own")
+            raise UsageError(
+                f"{out} holds the analysis of {owner.get('run')}; an in-loop store needs a folder of its own"
+            )
         if owner.get("run") != record["run"]:
-            raise UsageError(f"{out} holds the in-loop store of {owner.get('run')!r}, not of "
-                             f"{record['run']!r}; choose another folder")
+            raise UsageError(
+                f"{out} holds the in-loop store of {owner.get('run')!r}, not of "
+                f"{record['run']!r}; choose another folder"
+            )
     make_dir(out)
     atomic_write(out / OWNER_FILE, json.dumps(record))
 
@@ -69,8 +72,14 @@ def part_path(out: Path, step: int) -> Path:
     return Path(out) / "parts" / f"step_{step:012d}.npz"
 
 
-def write_point(out: Path, step: int, values: dict[str, np.ndarray], findings: list[dict], identity: dict,
-                source: str = SOURCE_IN_LOOP) -> None:
+def write_point(
+    out: Path,
+    step: int,
+    values: dict[str, np.ndarray],
+    findings: list[dict],
+    identity: dict,
+    source: str = SOURCE_IN_LOOP,
+) -> None:
     """One point's part file, in the pipeline's format (``timeline.save_part``)."""
     meta = {"findings": findings, "skipped": [], "outside": [], "source": source}
     extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
@@ -95,8 +104,12 @@ def read_points(out: Path) -> list[tuple[int, dict, list, str]]:
 def assemble_points(points, owner: dict) -> Timeline:
     """The timeline of the points, with where each came from in its meta (``sources``)."""
     sources = [src for *_, src in points]
-    meta = {"run": owner.get("run"), "layout": owner.get("layout"), "sources": sources,
-            "every": owner.get("every")}
+    meta = {
+        "run": owner.get("run"),
+        "layout": owner.get("layout"),
+        "sources": sources,
+        "every": owner.get("every"),
+    }
     return assemble([s for s, *_ in points], [v for _, v, *_ in points], meta)
 
 
@@ -127,8 +140,11 @@ def write_result(out: str | Path, points=None, command: list[str] | None = None,
     log_file = owner.get("log_file") or (str(out / LOG_FILE) if (out / LOG_FILE).is_file() else None)
     judgement = judge(out, timeline, findings, log_file=log_file, params=params)
     if not points:
-        judgement["verdict"].update(fault_type="inconclusive", confidence=0.0,
-                                    reason="not enough evidence: the store holds no point yet")
+        judgement["verdict"].update(
+            fault_type="inconclusive",
+            confidence=0.0,
+            reason="not enough evidence: the store holds no point yet",
+        )
     timeline.save(out / "timeline.h5")
     steps = [int(s) for s, *_ in points]
     summary = {
@@ -140,9 +156,15 @@ def write_result(out: str | Path, points=None, command: list[str] | None = None,
         "layout": owner.get("layout"),
         "device": owner.get("device", "?"),
         "checkpoints": {
-            "analyzed": len(points), "reused": 0, "steps": steps, "skipped": [], "framework": None,
-            "run_folder": None, "notes": [],
-            "source": SOURCE_IN_LOOP, "sources": source_counts(timeline.meta["sources"]),
+            "analyzed": len(points),
+            "reused": 0,
+            "steps": steps,
+            "skipped": [],
+            "framework": None,
+            "run_folder": None,
+            "notes": [],
+            "source": SOURCE_IN_LOOP,
+            "sources": source_counts(timeline.meta["sources"]),
             "every": owner.get("every"),
         },
         "monitors": timeline.names(),

@@ -246,8 +246,10 @@ def recognise(run_dir: Path) -> tuple[Framework, Path, list[Path], list[str]] | 
             notes = [f"{fw.name} output tree recognised"]
             if len(hits) > 1:
                 names = ", ".join(p.name for p, _ in hits)
-                notes.append(f"{len(hits)} runs with checkpoints under {run_dir / runs} ({names}); analysing "
-                             f"{run_folder.name}, the newest (point ckptscan at another one to analyse it)")
+                notes.append(
+                    f"{len(hits)} runs with checkpoints under {run_dir / runs} ({names}); analysing "
+                    f"{run_folder.name}, the newest (point ckptscan at another one to analyse it)"
+                )
             return fw, run_folder, containers, notes
     return None
 
@@ -266,7 +268,8 @@ def _marked(fw: Framework, run_folder: Path) -> list[Path]:
 NAMES_LOOKED_FOR = (
     "checkpoint-N, step-N/stepN/step_N, iter_N, global_stepN, epoch=E-step=N[.ckpt], N "
     "(folders, or *.ckpt/.pt/.pth/.bin/.safetensors files), in the run folder or its "
-    + "/, ".join(CONTAINER_DIRS) + "/ subfolder"
+    + "/, ".join(CONTAINER_DIRS)
+    + "/ subfolder"
 )
 
 
@@ -282,12 +285,16 @@ def no_checkpoints_error(
         msg += f" with steps in {steps}"
     if skipped:
         n = len(skipped)
-        msg += f"; {n} {'entry' if n == 1 else 'entries'} skipped, e.g. {Path(skipped[0].path).name}: {skipped[0].reason}"
+        first = skipped[0]
+        msg += (
+            f"; {n} {'entry' if n == 1 else 'entries'} skipped, e.g. {Path(first.path).name}: {first.reason}"
+        )
     return InputError(msg)
 
 
-def _scan(folder: Path, pat: re.Pattern | None, fw: Framework | None = None,
-          notes: list[str] | None = None) -> tuple[list[tuple[int, Path]], list[Skipped]]:
+def _scan(
+    folder: Path, pat: re.Pattern | None, fw: Framework | None = None, notes: list[str] | None = None
+) -> tuple[list[tuple[int, Path]], list[Skipped]]:
     found: list[tuple[int, Path]] = []
     skipped: list[Skipped] = []
     try:
@@ -301,8 +308,11 @@ def _scan(folder: Path, pat: re.Pattern | None, fw: Framework | None = None,
                 continue
             step = _name_step(name, pat, fw)
             if step is not None and step > MAX_STEP:
-                skipped.append(Skipped(entry.path, f"step {step} is beyond the int64 range of steps "
-                                                   f"(at most {MAX_STEP})"))
+                skipped.append(
+                    Skipped(
+                        entry.path, f"step {step} is beyond the int64 range of steps (at most {MAX_STEP})"
+                    )
+                )
                 continue
             if step is None and pat is None and _PREFIX.match(name):
                 skipped.append(Skipped(entry.path, "unfinished or temporary checkpoint name", error=False))
@@ -344,8 +354,9 @@ def _may_record_step(path: Path, is_dir: bool, fw: Framework) -> bool:
     return any(fnmatch.fnmatch(path.name, m) for m in fw.marks)
 
 
-def _content_step(path: Path, name_step: int | None, fw: Framework, skipped: list[Skipped],
-                  notes: list[str] | None) -> int | None:
+def _content_step(
+    path: Path, name_step: int | None, fw: Framework, skipped: list[Skipped], notes: list[str] | None
+) -> int | None:
     """The step a framework's checkpoint records; its name's number when it records none (noted)."""
     from ckptscan.readers.steps import recorded_step
 
@@ -353,11 +364,18 @@ def _content_step(path: Path, name_step: int | None, fw: Framework, skipped: lis
     if step is not None:
         return step
     if name_step is not None:
-        msg = (f"{fw.name}: no training step recorded in a checkpoint (looked for {', '.join(fw.steps)}); "
-               f"the number in its name is used, which may count saves rather than steps")
+        msg = (
+            f"{fw.name}: no training step recorded in a checkpoint (looked for {', '.join(fw.steps)}); "
+            f"the number in its name is used, which may count saves rather than steps"
+        )
         if notes is not None and msg not in notes:
             notes.append(msg)
         return name_step
-    skipped.append(Skipped(str(path), f"no training step in its name or in it (looked for "
-                                      f"{', '.join(fw.steps)} as {fw.name} records it)"))
+    skipped.append(
+        Skipped(
+            str(path),
+            f"no training step in its name or in it (looked for "
+            f"{', '.join(fw.steps)} as {fw.name} records it)",
+        )
+    )
     return None

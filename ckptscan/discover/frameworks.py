@@ -31,37 +31,57 @@ class Framework:
 
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
-        "hf-trainer", marks=("checkpoint-*/trainer_state.json",),
+        "hf-trainer",
+        marks=("checkpoint-*/trainer_state.json",),
         logs=("trainer_state.json", "checkpoint-*/trainer_state.json", "runs/*/events.out.tfevents.*"),
         steps=("trainer_state",),
     ),
     Framework(
         # save_state(): automatic names checkpoints/checkpoint_<i> count saves, custom names are free
-        "accelerate", containers=("checkpoints", "."), marks=("*/random_states_0.pkl",),
-        logs=("*/events.out.tfevents.*", "*.jsonl", "*.csv"), steps=("optimizer",), names_are_steps=False,
+        "accelerate",
+        containers=("checkpoints", "."),
+        marks=("*/random_states_0.pkl",),
+        logs=("*/events.out.tfevents.*", "*.jsonl", "*.csv"),
+        steps=("optimizer",),
+        names_are_steps=False,
     ),
     Framework(
-        "lightning", runs=("lightning_logs/version_*", "."), containers=("checkpoints", "."), marks=("*.ckpt",),
-        logs=("metrics.csv", "events.out.tfevents.*"), steps=("lightning",), log_step_offset=1,
+        "lightning",
+        runs=("lightning_logs/version_*", "."),
+        containers=("checkpoints", "."),
+        marks=("*.ckpt",),
+        logs=("metrics.csv", "events.out.tfevents.*"),
+        steps=("lightning",),
+        log_step_offset=1,
     ),
     Framework(
-        "torchtitan", containers=("checkpoint", "."), marks=("step-*/.metadata",),
-        logs=("tb/*/events.out.tfevents.*",), steps=("dcp_train_state",),
+        "torchtitan",
+        containers=("checkpoint", "."),
+        marks=("step-*/.metadata",),
+        logs=("tb/*/events.out.tfevents.*",),
+        steps=("dcp_train_state",),
     ),
     Framework("olmo-core", marks=("step*/model_and_optim/.metadata",), steps=("olmo_core",)),
     Framework(
-        "deepspeed", marks=("global_step*/*model_states.pt",), steps=("deepspeed",),
+        "deepspeed",
+        marks=("global_step*/*model_states.pt",),
+        steps=("deepspeed",),
         logs=("*.jsonl", "*.csv"),
     ),
     Framework(
-        "megatron", marks=("iter_*/common.pt", "iter_*/model_optim_rng.pt", "iter_*/mp_rank_*"),
+        "megatron",
+        marks=("iter_*/common.pt", "iter_*/model_optim_rng.pt", "iter_*/mp_rank_*"),
         logs=("tensorboard/events.out.tfevents.*", "../tensorboard/events.out.tfevents.*"),
     ),
     Framework(
         # NeMo 2 (<ckpt>/weights/ holds the Megatron dist checkpoint) and NeMo 1 dist checkpoints;
         # names like megatron_gpt--val_loss=2.10-step=500-consumed_samples=4000.0[-last]
-        "nemo", runs=("*", "."), containers=("checkpoints",), marks=("*step=*/weights/.metadata", "*step=*/.metadata"),
-        logs=("events.out.tfevents.*",), name_pattern=re.compile(r".*?(?:^|-)step=(\d+)(?:-.*)?"),
+        "nemo",
+        runs=("*", "."),
+        containers=("checkpoints",),
+        marks=("*step=*/weights/.metadata", "*step=*/.metadata"),
+        logs=("events.out.tfevents.*",),
+        name_pattern=re.compile(r".*?(?:^|-)step=(\d+)(?:-.*)?"),
     ),
 )
 BY_NAME = {f.name: f for f in FRAMEWORKS}

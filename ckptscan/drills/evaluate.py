@@ -60,12 +60,18 @@ def score_run(truth: dict, summary: dict) -> dict:
         log_steps = [first_log] if first_log is not None else []
     if faulty:
         false_alarm = bool(v["anomalous"]) and earliest is not None and onset is not None and earliest < onset
-        detected = bool(v["anomalous"]) and not false_alarm and (div is None or earliest is None or earliest < div)
+        detected = (
+            bool(v["anomalous"]) and not false_alarm and (div is None or earliest is None or earliest < div)
+        )
         log_wolf = any(s < onset for s in log_steps) if onset is not None else False
         after = [s for s in log_steps if onset is None or s >= onset]
         log_alarm = after[0] if after else None
         log_detected = log_alarm is not None and (div is None or log_alarm < div)
-        first_ok = first_log is not None and (onset is None or first_log >= onset) and (div is None or first_log < div)
+        first_ok = (
+            first_log is not None
+            and (onset is None or first_log >= onset)
+            and (div is None or first_log < div)
+        )
     else:
         false_alarm = bool(v["anomalous"])
         detected = None
@@ -91,24 +97,33 @@ def score_run(truth: dict, summary: dict) -> dict:
         "earliest_step": earliest,
         # the checkpoint at which the persistence rule had seen enough to raise the alarm
         "confirmed_step": confirmed,
-        "confirmed_before_divergence": (confirmed is not None and confirmed < div) if (diverged_fault and detected) else None,
+        "confirmed_before_divergence": (confirmed is not None and confirmed < div)
+        if (diverged_fault and detected)
+        else None,
         # an online reader of the checkpoints could have raised the alarm this long before the divergence
-        "confirmed_lead_time": (div - confirmed) if (diverged_fault and detected and confirmed is not None
-                                                     and confirmed < div) else None,
+        "confirmed_lead_time": (div - confirmed)
+        if (diverged_fault and detected and confirmed is not None and confirmed < div)
+        else None,
         # ckptscan's lead minus the log-only rule's, a missed detection counting as no lead (0); the
         # rule read by its first alarm at/after the onset, and by its first alarm (a false alarm before
         # the onset is then no detection, as ckptscan's are)
         "lead_over_log_only": ((lead or 0) - (log_lead or 0)) if diverged_fault else None,
         "lead_over_log_only_first": ((lead or 0) - (log_first_lead or 0)) if diverged_fault else None,
-        "after_onset": (earliest - onset) if (faulty and earliest is not None and onset is not None) else None,
+        "after_onset": (earliest - onset)
+        if (faulty and earliest is not None and onset is not None)
+        else None,
         "lead_time": lead,
         "log_only_alarm": log_alarm,
         "log_only_lead_time": log_lead,
         "log_only_first_lead_time": log_first_lead,
         "log_only_cried_wolf": log_wolf,
         # only meaningful when the loss diverged (otherwise there is no lead time to compare)
-        "beats_log_only": (lead is not None and (log_lead is None or lead > log_lead)) if diverged_fault else None,
-        "beats_log_only_first": (lead is not None and (log_first_lead is None or lead > log_first_lead)) if diverged_fault else None,
+        "beats_log_only": (lead is not None and (log_lead is None or lead > log_lead))
+        if diverged_fault
+        else None,
+        "beats_log_only_first": (lead is not None and (log_first_lead is None or lead > log_first_lead))
+        if diverged_fault
+        else None,
     }
 
 
@@ -121,9 +136,15 @@ def recipe_key(truth: dict) -> str:
     """Runs with equal keys see the same batches at the same steps with the same model: seed, steps,
     data fingerprint, model, batch shape (not the LR schedule, the storage or the fault)."""
     params = truth.get("params") or {}
-    return json.dumps({"seed": truth.get("seed"), "steps": truth.get("steps_planned"),
-                       "data": (truth.get("data") or {}).get("fingerprint"),
-                       "params": {k: params.get(k) for k in _BATCH_ORDER}}, sort_keys=True)
+    return json.dumps(
+        {
+            "seed": truth.get("seed"),
+            "steps": truth.get("steps_planned"),
+            "data": (truth.get("data") or {}).get("fingerprint"),
+            "params": {k: params.get(k) for k in _BATCH_ORDER},
+        },
+        sort_keys=True,
+    )
 
 
 def is_fault_free(truth: dict) -> bool:
@@ -143,14 +164,20 @@ def specific_log_alarm(row: dict, log_steps: list[int], twin_steps: list[list[in
         return row
     onset, div = row["onset"], row["divergence"]
     blips = [t for tw in twin_steps for t in tw]
-    spec = [s for s in log_steps if (onset is None or s >= onset)
-            and not any(abs(s - t) <= TWIN_TOLERANCE for t in blips)]
+    spec = [
+        s
+        for s in log_steps
+        if (onset is None or s >= onset) and not any(abs(s - t) <= TWIN_TOLERANCE for t in blips)
+    ]
     alarm = spec[0] if spec else None
     lead = (div - alarm) if (alarm is not None and div is not None and alarm < div) else None
     row["log_only_specific_alarm"] = alarm
     row["log_only_specific_lead_time"] = lead
-    row["beats_log_only_specific"] = (row["lead_time"] is not None and (lead is None or row["lead_time"] > lead)) \
-        if div is not None else None
+    row["beats_log_only_specific"] = (
+        (row["lead_time"] is not None and (lead is None or row["lead_time"] > lead))
+        if div is not None
+        else None
+    )
     return row
 
 
@@ -163,12 +190,22 @@ def rejudge(run: Path, out_dir: Path, params) -> dict:
     res = load_result(out_dir)
     found = res.summary.get("findings") or []
     log = res.summary.get("log") or {}
-    return {**res.summary, **judge(run, res.timeline, found, log_file=log.get("path"), params=params,
-                                   log_step_offset=log.get("step_offset") or 0)}
+    return {
+        **res.summary,
+        **judge(
+            run,
+            res.timeline,
+            found,
+            log_file=log.get("path"),
+            params=params,
+            log_step_offset=log.get("step_offset") or 0,
+        ),
+    }
 
 
-def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, config=None,
-             **options) -> list[dict]:
+def evaluate(
+    runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, config=None, **options
+) -> list[dict]:
     """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
 
     Fault-free runs (healthy or benign) under ``runs_dir`` and ``twins_dir`` serve as twins for
@@ -196,9 +233,19 @@ def evaluate(runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, 
             if params is not None:
                 summary = rejudge(run, root / run.name, params)
         except CkptscanError as e:  # one run that cannot be analysed is a row, not the end of the evaluation
-            rows.append({"run": run.name, "truth": truth_class(truth), "verdict": "error", "error": str(e),
-                         "class_right": False, "false_alarm": False, "detected": False if not is_fault_free(truth)
-                         else None, "divergence": truth.get("divergence_step"), "onset": truth.get("onset_step")})
+            rows.append(
+                {
+                    "run": run.name,
+                    "truth": truth_class(truth),
+                    "verdict": "error",
+                    "error": str(e),
+                    "class_right": False,
+                    "false_alarm": False,
+                    "detected": False if not is_fault_free(truth) else None,
+                    "divergence": truth.get("divergence_step"),
+                    "onset": truth.get("onset_step"),
+                }
+            )
         else:
             row = score_run(truth, summary)
             row["run"] = run.name
@@ -236,8 +283,10 @@ def totals(rows: list[dict]) -> dict:
 
 
 def _medians(rows: list[dict], key: str) -> dict:
-    return {k: median([r[key] for r in rows if r["truth"] == k and r.get(key) is not None])
-            for k in sorted({r["truth"] for r in rows})}
+    return {
+        k: median([r[key] for r in rows if r["truth"] == k and r.get(key) is not None])
+        for k in sorted({r["truth"] for r in rows})
+    }
 
 
 def median(xs: list) -> float | None:
@@ -249,13 +298,25 @@ def median(xs: list) -> float | None:
     return float(xs[m]) if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
-COLUMNS = [("run", "run"), ("truth", "truth"), ("onset", "onset"), ("divergence", "diverge"),
-           ("detected", "detected"), ("false_alarm", "false alarm"), ("verdict", "verdict"),
-           ("class_right", "class ok"), ("earliest_step", "earliest"), ("after_onset", "+onset"),
-           ("confirmed_step", "confirmed"), ("lead_time", "lead"), ("log_only_alarm", "log alarm"),
-           ("log_only_lead_time", "log lead"), ("log_only_first_lead_time", "log lead (1st)"),
-           ("log_only_specific_lead_time", "log lead (specific)"),
-           ("log_only_cried_wolf", "log wolf")]
+COLUMNS = [
+    ("run", "run"),
+    ("truth", "truth"),
+    ("onset", "onset"),
+    ("divergence", "diverge"),
+    ("detected", "detected"),
+    ("false_alarm", "false alarm"),
+    ("verdict", "verdict"),
+    ("class_right", "class ok"),
+    ("earliest_step", "earliest"),
+    ("after_onset", "+onset"),
+    ("confirmed_step", "confirmed"),
+    ("lead_time", "lead"),
+    ("log_only_alarm", "log alarm"),
+    ("log_only_lead_time", "log lead"),
+    ("log_only_first_lead_time", "log lead (1st)"),
+    ("log_only_specific_lead_time", "log lead (specific)"),
+    ("log_only_cried_wolf", "log wolf"),
+]
 
 
 def _cell(v) -> str:
@@ -297,33 +358,62 @@ def format_table(rows: list[dict], width: int = 100) -> str:
         f"vs its alarms a healthy twin does not raise: {t['beats_log_only_specific']}/{t['with_twin']} "
         f"with a twin), "
         f"alarm confirmed before divergence {t['confirmed_before_divergence']}/{t['diverged']}, "
-        f"log-only cried wolf {t['log_only_cried_wolf']}/{t['runs']}", width)
+        f"log-only cried wolf {t['log_only_cried_wolf']}/{t['runs']}",
+        width,
+    )
     return "\n".join(lines)
 
 
 @click.command("eval")
 @click.argument("runs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("-o", "--out", "out_root", type=click.Path(path_type=Path), default=None,
-              help="Output root; each run goes to OUT/<run> (default ./ckptscan-out/eval).")
-@click.option("--twins", "twins_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="More fault-free drill runs; a fault run's log-only alarm that a twin (same seed, data, model) also raises is a data-order blip.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where the maths runs.")
+@click.option(
+    "-o",
+    "--out",
+    "out_root",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output root; each run goes to OUT/<run> (default ./ckptscan-out/eval).",
+)
+@click.option(
+    "--twins",
+    "twins_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "More fault-free drill runs; a fault run's log-only alarm that a twin (same seed, data, model) "
+        "also raises is a data-order blip."
+    ),
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="Where the maths runs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and totals as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def eval_cmd(runs_dir: Path, out_root: Path | None, twins_dir: Path | None, device: str, as_json: bool,
-             debug: bool) -> None:
+def eval_cmd(
+    runs_dir: Path, out_root: Path | None, twins_dir: Path | None, device: str, as_json: bool, debug: bool
+) -> None:
     """Analyse every drill run (folders with truth.json) under RUNS_DIR and score the verdicts."""
     if not find_runs(runs_dir):
         raise UsageError(f"{runs_dir}: no run folder with a truth.json")
 
     def progress(i, total, row, seconds):  # on stderr: stdout carries the table or the JSON
-        click.echo(f"ckptscan eval: run {i + 1}/{total} {row['run']}: {row['verdict']} ({seconds:.1f}s)",
-                   err=True)
+        click.echo(
+            f"ckptscan eval: run {i + 1}/{total} {row['run']}: {row['verdict']} ({seconds:.1f}s)", err=True
+        )
 
-    rows = evaluate(runs_dir, out_root=out_root, twins_dir=twins_dir, config=AnalysisConfig(device=device),
-                    on_run=progress, debug=debug)
+    rows = evaluate(
+        runs_dir,
+        out_root=out_root,
+        twins_dir=twins_dir,
+        config=AnalysisConfig(device=device),
+        on_run=progress,
+        debug=debug,
+    )
     if as_json:
         click.echo(json.dumps({"rows": rows, "totals": totals(rows)}, indent=2))
     else:

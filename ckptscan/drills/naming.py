@@ -25,8 +25,10 @@ def hf_state_dict(model: TinyLM, naming: str) -> dict[str, torch.Tensor]:
         raise ValueError("llama naming is dense; use mixtral or qwen2_moe for an MoE drill")
     if naming != "llama" and not cfg.moe:
         raise ValueError(f"{naming} naming needs an MoE model (n_experts > 0)")
-    return {hf_name(name, naming): t.detach().float().contiguous().clone()
-            for name, t in model.state_dict().items()}
+    return {
+        hf_name(name, naming): t.detach().float().contiguous().clone()
+        for name, t in model.state_dict().items()
+    }
 
 
 def hf_name(name: str, naming: str) -> str:
@@ -60,15 +62,34 @@ def config_json(cfg, naming: str, dtype: str) -> dict:
         "attention_bias": False,
     }
     if naming == "llama":
-        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                "intermediate_size": cfg.ffn, **base}
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "intermediate_size": cfg.ffn,
+            **base,
+        }
     if naming == "mixtral":
-        return {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
-                "intermediate_size": cfg.ffn, "num_local_experts": cfg.n_experts,
-                "num_experts_per_tok": cfg.top_k, "router_aux_loss_coef": 0.01, **base}
+        return {
+            "architectures": ["MixtralForCausalLM"],
+            "model_type": "mixtral",
+            "intermediate_size": cfg.ffn,
+            "num_local_experts": cfg.n_experts,
+            "num_experts_per_tok": cfg.top_k,
+            "router_aux_loss_coef": 0.01,
+            **base,
+        }
     # Qwen2-MoE: no shared expert in the drill model (width 0); all layers sparse.
-    return {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
-            "intermediate_size": cfg.ffn, "moe_intermediate_size": cfg.ffn,
-            "shared_expert_intermediate_size": 0, "num_experts": cfg.n_experts,
-            "num_experts_per_tok": cfg.top_k, "norm_topk_prob": True, "decoder_sparse_step": 1,
-            "mlp_only_layers": [], "router_aux_loss_coef": 0.01, **base}
+    return {
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "model_type": "qwen2_moe",
+        "intermediate_size": cfg.ffn,
+        "moe_intermediate_size": cfg.ffn,
+        "shared_expert_intermediate_size": 0,
+        "num_experts": cfg.n_experts,
+        "num_experts_per_tok": cfg.top_k,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "router_aux_loss_coef": 0.01,
+        **base,
+    }

@@ -44,8 +44,17 @@ DEFAULT_SEVERITY = {"lowprec-attention": 1000.0, "high-lr": 8.0}  # calibrated: 
 # Divergence rule: ckptscan.judge.logs.divergence_step, the same function analyze uses (docs/detection.md).
 
 
-def base_lr(step: int, *, lr: float, warmup: int, total: int, schedule: str, min_ratio: float,
-            onset: int, benign: str | None) -> float:
+def base_lr(
+    step: int,
+    *,
+    lr: float,
+    warmup: int,
+    total: int,
+    schedule: str,
+    min_ratio: float,
+    onset: int,
+    benign: str | None,
+) -> float:
     """Warm-up + cosine/constant schedule at optimizer step ``step`` (1-based).
 
     With ``benign="warmup-cut"`` the warm-up is planned to last ``2 * onset`` steps but is cut at
@@ -80,22 +89,60 @@ def _progress(total: int, quiet: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    p = Progress(TextColumn("drill"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                 TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    p = Progress(
+        TextColumn("drill"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     return p
 
 
-def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float | None = None,
-              lr_severity: float | None = None, benign: str | None = None, steps: int = 1500,
-              seed: int = 0, naming: str = "mixtral", n_layers: int = 2, d_model: int = 64,
-              n_heads: int = 4, n_kv_heads: int = 2, head_dim: int = 16, ffn: int | None = None,
-              n_experts: int = 4, top_k: int = 2, seq_len: int = 64, batch_size: int = 8,
-              lr: float = 3e-3, warmup: int = 100, schedule: str = "cosine", min_lr_ratio: float = 0.1,
-              weight_decay: float = 0.1, grad_clip: float = 1.0, aux_coef: float = 0.01,
-              mantissa_bits: int = 7, save_every: int = 100, folder_style: str = "checkpoint",
-              dtype: str = "float32", fmt: str = "safetensors", shards: int = 1, replay: bool = True,
-              replay_batch_size: int = 2, replay_seq: int = 64, nan_extra_saves: int = 2,
-              threads: int = 1, quiet: bool = True, callback=None) -> dict:
+def run_drill(
+    out_dir,
+    *,
+    fault: str = "none",
+    onset: int = 400,
+    severity: float | None = None,
+    lr_severity: float | None = None,
+    benign: str | None = None,
+    steps: int = 1500,
+    seed: int = 0,
+    naming: str = "mixtral",
+    n_layers: int = 2,
+    d_model: int = 64,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    head_dim: int = 16,
+    ffn: int | None = None,
+    n_experts: int = 4,
+    top_k: int = 2,
+    seq_len: int = 64,
+    batch_size: int = 8,
+    lr: float = 3e-3,
+    warmup: int = 100,
+    schedule: str = "cosine",
+    min_lr_ratio: float = 0.1,
+    weight_decay: float = 0.1,
+    grad_clip: float = 1.0,
+    aux_coef: float = 0.01,
+    mantissa_bits: int = 7,
+    save_every: int = 100,
+    folder_style: str = "checkpoint",
+    dtype: str = "float32",
+    fmt: str = "safetensors",
+    shards: int = 1,
+    replay: bool = True,
+    replay_batch_size: int = 2,
+    replay_seq: int = 64,
+    nan_extra_saves: int = 2,
+    threads: int = 1,
+    quiet: bool = True,
+    callback=None,
+) -> dict:
     """Train a drill run into ``out_dir`` and return its ground truth (also in ``truth.json``).
 
     ``naming="llama"`` trains a dense model; ``"mixtral"`` / ``"qwen2_moe"`` an MoE model with
@@ -119,7 +166,9 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
         raise ValueError(f"onset {onset} must lie in 1..{steps}")
     lowprec_on = fault in ("lowprec-attention", "combined")
     highlr_on = fault in ("high-lr", "combined")
-    amp = (severity if severity is not None else DEFAULT_SEVERITY["lowprec-attention"]) if lowprec_on else None
+    amp = (
+        (severity if severity is not None else DEFAULT_SEVERITY["lowprec-attention"]) if lowprec_on else None
+    )
     if fault == "high-lr":
         growth = severity if severity is not None else DEFAULT_SEVERITY["high-lr"]
     elif fault == "combined":
@@ -137,15 +186,26 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
     t0 = time.perf_counter()
     try:
         moe = naming != "llama"
-        cfg = TinyConfig(n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
-                         head_dim=head_dim, ffn=ffn or (32 if moe else 128),
-                         n_experts=n_experts if moe else 0, top_k=top_k, max_seq=max(seq_len, replay_seq))
+        cfg = TinyConfig(
+            n_layers=n_layers,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            ffn=ffn or (32 if moe else 128),
+            n_experts=n_experts if moe else 0,
+            top_k=top_k,
+            max_seq=max(seq_len, replay_seq),
+        )
         torch.manual_seed(seed)
         model = TinyLM(cfg)
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=lr,
+            betas=(0.9, 0.95),
+        )
         corpus = load_corpus()
         gen = torch.Generator().manual_seed(seed + 1)
         replay_ids = replay_batch(corpus, replay_batch_size, replay_seq)
@@ -168,8 +228,16 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
                 fault_obj.active = lowprec_on and active
                 if fault_obj.active:  # the bias grows as ties accumulate (docs/drills.md)
                     fault_obj.amplification = amp * (step - onset + 1) / 1000.0
-                lr_now = base_lr(step, lr=lr, warmup=warmup, total=steps, schedule=schedule,
-                                 min_ratio=min_lr_ratio, onset=onset, benign=benign)
+                lr_now = base_lr(
+                    step,
+                    lr=lr,
+                    warmup=warmup,
+                    total=steps,
+                    schedule=schedule,
+                    min_ratio=min_lr_ratio,
+                    onset=onset,
+                    benign=benign,
+                )
                 mult = math.exp(growth * (step - onset) / 1000.0) if (highlr_on and active) else 1.0
                 lr_now *= mult
                 for g in opt.param_groups:
@@ -177,7 +245,9 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
                 src = corpus.switch if (benign == "data-switch" and active) else corpus.main
                 batch = sample_batch(src, batch_size, seq_len, gen)
                 logits = model(batch[:, :-1])
-                ce = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), batch[:, 1:].reshape(-1))
+                ce = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, cfg.vocab), batch[:, 1:].reshape(-1)
+                )
                 aux = model.aux_loss()
                 loss = ce + aux_coef * aux
                 opt.zero_grad(set_to_none=True)
@@ -185,8 +255,12 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
                 gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
                 opt.step()
                 ce_v, gn_v = ce.item(), gnorm.item()
-                rec = {"step": step, "loss": ce_v if math.isfinite(ce_v) else None, "grad_norm":
-                       gn_v if math.isfinite(gn_v) else None, "lr": lr_now}
+                rec = {
+                    "step": step,
+                    "loss": ce_v if math.isfinite(ce_v) else None,
+                    "grad_norm": gn_v if math.isfinite(gn_v) else None,
+                    "lr": lr_now,
+                }
                 if moe:
                     aux_v = aux.item()
                     rec["aux_loss"] = aux_v if math.isfinite(aux_v) else None
@@ -225,22 +299,45 @@ def run_drill(out_dir, *, fault: str = "none", onset: int = 400, severity: float
         "severity": severity if severity is not None else (amp if lowprec_on else growth),
         "seed": seed,
         "benign": benign,
-        "lowprec": {"mantissa_bits": mantissa_bits, "amplification_per_1000_steps": amp} if lowprec_on else None,
+        "lowprec": {"mantissa_bits": mantissa_bits, "amplification_per_1000_steps": amp}
+        if lowprec_on
+        else None,
         "lr_growth_per_1000_steps": growth,
         "nan_step": nan_step,
         "steps_planned": steps,
         "steps_run": stopped_at,
-        "divergence_rule": {"ema_beta": EMA_BETA, "margin_nats": DIVERGENCE_MARGIN,
-                            "text": "first step where EMA(loss) > running min of EMA + margin, or loss NaN/Inf"},
+        "divergence_rule": {
+            "ema_beta": EMA_BETA,
+            "margin_nats": DIVERGENCE_MARGIN,
+            "text": "first step where EMA(loss) > running min of EMA + margin, or loss NaN/Inf",
+        },
         "checkpoints": checkpoints,
-        "params": {"naming": naming, "model": asdict(cfg), "seq_len": seq_len, "batch_size": batch_size,
-                   "lr": lr, "warmup": warmup, "schedule": schedule, "min_lr_ratio": min_lr_ratio,
-                   "weight_decay": weight_decay, "grad_clip": grad_clip, "aux_coef": aux_coef,
-                   "save_every": save_every, "folder_style": folder_style, "dtype": dtype, "format": fmt,
-                   "shards": shards, "replay": replay, "replay_batch": [replay_batch_size, replay_seq],
-                   "threads": threads},
-        "data": {"source": "python stdlib .py sources", "fingerprint": corpus.fingerprint,
-                 "python": platform.python_version()},
+        "params": {
+            "naming": naming,
+            "model": asdict(cfg),
+            "seq_len": seq_len,
+            "batch_size": batch_size,
+            "lr": lr,
+            "warmup": warmup,
+            "schedule": schedule,
+            "min_lr_ratio": min_lr_ratio,
+            "weight_decay": weight_decay,
+            "grad_clip": grad_clip,
+            "aux_coef": aux_coef,
+            "save_every": save_every,
+            "folder_style": folder_style,
+            "dtype": dtype,
+            "format": fmt,
+            "shards": shards,
+            "replay": replay,
+            "replay_batch": [replay_batch_size, replay_seq],
+            "threads": threads,
+        },
+        "data": {
+            "source": "python stdlib .py sources",
+            "fingerprint": corpus.fingerprint,
+            "python": platform.python_version(),
+        },
         "torch": torch.__version__,
         "elapsed_s": round(time.perf_counter() - t0, 2),
     }

@@ -36,8 +36,14 @@ def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     atomic_write(path, writer=lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
 
 
-def save_weights(folder: Path, tensors: dict[str, torch.Tensor], *, fmt: str = "safetensors",
-                 dtype: str = "float32", shards: int = 1) -> list[str]:
+def save_weights(
+    folder: Path,
+    tensors: dict[str, torch.Tensor],
+    *,
+    fmt: str = "safetensors",
+    dtype: str = "float32",
+    shards: int = 1,
+) -> list[str]:
     """Write ``tensors`` into ``folder``; returns the file names written.
 
     ``fmt="torch"`` writes ``pytorch_model.bin`` (a plain state dict, loadable with weights_only).
@@ -64,6 +70,7 @@ def save_weights(folder: Path, tensors: dict[str, torch.Tensor], *, fmt: str = "
         for k in part:
             weight_map[k] = fname
             total += tensors[k].numel() * tensors[k].element_size()
-    write_json(folder / "model.safetensors.index.json",
-               {"metadata": {"total_size": total}, "weight_map": weight_map})
+    write_json(
+        folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map}
+    )
     return files + ["model.safetensors.index.json"]

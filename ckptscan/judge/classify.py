@@ -54,8 +54,14 @@ def confidence(path: str) -> float:
     return round((right + 1) / (runs + 2), 2)
 
 
-def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, coverage: dict | None = None,
-             horizon: int | None = None) -> dict:
+def classify(
+    alarms: list[Alarm],
+    overflow: list[dict],
+    n_layers: int,
+    steps,
+    coverage: dict | None = None,
+    horizon: int | None = None,
+) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
     ``coverage`` (``examination``): how much of the run the detectors examined; a run without
@@ -65,11 +71,25 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, co
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
         if coverage is not None and coverage["missing"]:
-            return {"anomalous": False, "earliest_step": None, "confirmed_step": None, "fault_type": "inconclusive",
-                    "confidence": 0.0, "evidence": [], "reason": f"not enough evidence: {coverage['missing']}"}
-        return {"anomalous": False, "earliest_step": None, "confirmed_step": None, "fault_type": "healthy",
-                "confidence": confidence("healthy"), "decision": "healthy",
-                "evidence": [], "reason": "no sustained alarm on any monitor, no NaN/Inf in weights"}
+            return {
+                "anomalous": False,
+                "earliest_step": None,
+                "confirmed_step": None,
+                "fault_type": "inconclusive",
+                "confidence": 0.0,
+                "evidence": [],
+                "reason": f"not enough evidence: {coverage['missing']}",
+            }
+        return {
+            "anomalous": False,
+            "earliest_step": None,
+            "confirmed_step": None,
+            "fault_type": "healthy",
+            "confidence": confidence("healthy"),
+            "decision": "healthy",
+            "evidence": [],
+            "reason": "no sustained alarm on any monitor, no NaN/Inf in weights",
+        }
 
     # shown in the order the excursions began (the decision below follows the triggers)
     evidence = [a.as_dict() for a in sorted(alarms, key=lambda a: (a.first_step, a.index, -a.score))[:20]]
@@ -77,10 +97,16 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, co
     # reaches back over the drift that led into its trigger); the first trigger decides the class
     earliest = min((a.first_step for a in alarms), default=None)
     if not alarms or (first_over is not None and first_over["step"] < earliest):
-        return {"anomalous": True, "earliest_step": int(first_over["step"]),
-                "confirmed_step": int(first_over["step"]), "fault_type": "overflow",
-                "confidence": 1.0, "evidence": evidence, "overflow": _overflow(first_over),
-                "reason": "NaN/Inf in weights before (or without) any monitor alarm"}
+        return {
+            "anomalous": True,
+            "earliest_step": int(first_over["step"]),
+            "confirmed_step": int(first_over["step"]),
+            "fault_type": "overflow",
+            "confidence": 1.0,
+            "evidence": evidence,
+            "overflow": _overflow(first_over),
+            "reason": "NaN/Inf in weights before (or without) any monitor alarm",
+        }
 
     # the class is read from what moved before the loss diverged (after it, everything moves);
     # without such alarms, from all of them
@@ -89,10 +115,17 @@ def classify(alarms: list[Alarm], overflow: list[dict], n_layers: int, steps, co
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
-    out = {"anomalous": True, "earliest_step": int(earliest),
-           "confirmed_step": confirmed, "fault_type": fault,
-           "confidence": confidence(path), "decision": path, "evidence": evidence, "reason": reason,
-           "decided_by": [a.as_dict() for a in window]}
+    out = {
+        "anomalous": True,
+        "earliest_step": int(earliest),
+        "confirmed_step": confirmed,
+        "fault_type": fault,
+        "confidence": confidence(path),
+        "decision": path,
+        "evidence": evidence,
+        "reason": reason,
+        "decided_by": [a.as_dict() for a in window],
+    }
     if first_over is not None:
         out["overflow"] = _overflow(first_over)
     return out
@@ -125,8 +158,15 @@ def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, str, str, list[
         if u0 is not None and u0 < s0 - DECISION_WINDOW:
             window = [a for a in alarms if a.index <= u0 + DECISION_WINDOW]
             grew = sorted({a.layer for a in window if a.role in LR_ROLES})
-            return ("high_lr", "high_lr/step-size-first", (f"the step size grew in layer(s) {grew} {s0 - u0} points "
-                    f"before any D2-entropy collapse (the collapse followed it)"), window)
+            return (
+                "high_lr",
+                "high_lr/step-size-first",
+                (
+                    f"the step size grew in layer(s) {grew} {s0 - u0} points "
+                    f"before any D2-entropy collapse (the collapse followed it)"
+                ),
+                window,
+            )
         window = [a for a in alarms if a.index <= s0 + DECISION_WINDOW]
         near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
         if u0 is not None and u0 < s0:
@@ -134,25 +174,56 @@ def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, str, str, list[
         elif u0 is not None and u0 <= s0 + DECISION_WINDOW and len(near) >= 2:
             why = f"the step size grew with it, in {len(near)} update-ratio series"
         else:
-            return ("lowprec_attention", "lowprec_attention",
-                    (f"D2 spectral entropy collapsed first, in {len(heads)} head(s) of layer(s) {collapsed}, while the "
-                     f"step size did not grow across layers"), window)
+            return (
+                "lowprec_attention",
+                "lowprec_attention",
+                (
+                    f"D2 spectral entropy collapsed first, in {len(heads)} head(s) of layer(s) {collapsed}, while the "
+                    f"step size did not grow across layers"
+                ),
+                window,
+            )
         path = "combined/step-size-first" if u0 < s0 else "combined/together"
-        return ("combined", path, (f"D2 spectral entropy collapsed in {len(heads)} head(s) of layer(s) {collapsed}, "
-                                   f"and {why} (a step size the low-precision fault cannot make)"), window)
+        return (
+            "combined",
+            path,
+            (
+                f"D2 spectral entropy collapsed in {len(heads)} head(s) of layer(s) {collapsed}, "
+                f"and {why} (a step size the low-precision fault cannot make)"
+            ),
+            window,
+        )
     first = alarms[0]
     window = [a for a in alarms if a.index <= first.index + DECISION_WINDOW]
     lr = [a for a in window if a.role in LR_ROLES]
     layers = {a.layer for a in (lr or window)}
     if lr:
-        return ("high_lr", "high_lr/step-size", (f"step size grew in {len(layers)} of {n_layers} layer(s) "
-                f"({', '.join(sorted({a.block for a in lr}))}) with no D2 entropy collapse first"), window)
+        return (
+            "high_lr",
+            "high_lr/step-size",
+            (
+                f"step size grew in {len(layers)} of {n_layers} layer(s) "
+                f"({', '.join(sorted({a.block for a in lr}))}) with no D2 entropy collapse first"
+            ),
+            window,
+        )
     # only attention logits grew (||M||), the classic sign of a too-large step (attention logit
     # growth), which the low-precision fault brings only with or after the collapse of D2
-    return ("high_lr", "high_lr/logits", (f"attention logits (||M||) grew in {len(layers)} of {n_layers} layer(s) "
-            f"with no D2 entropy collapse first and no step-size alarm"), window)
+    return (
+        "high_lr",
+        "high_lr/logits",
+        (
+            f"attention logits (||M||) grew in {len(layers)} of {n_layers} layer(s) "
+            f"with no D2 entropy collapse first and no step-size alarm"
+        ),
+        window,
+    )
 
 
 def _overflow(f: dict) -> dict:
-    return {"step": int(f["step"]), "layer": f.get("layer"), "tensors": list(f.get("tensors", [])),
-            "nonfinite": f.get("nonfinite")}
+    return {
+        "step": int(f["step"]),
+        "layer": f.get("layer"),
+        "tensors": list(f.get("tensors", [])),
+        "nonfinite": f.get("nonfinite"),
+    }

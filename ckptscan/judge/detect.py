@@ -54,17 +54,27 @@ class Params:
     persist: int = 3  # consecutive exceeding checkpoints for an alarm
     window: int = 8  # lagged baseline window (checkpoints)
     warmup_skip: int = 1  # first defined values of a series never enter a baseline
-    min_history: int = 2  # accepted baseline values needed before a series is scored (one point is no baseline)
+    min_history: int = (
+        2  # accepted baseline values needed before a series is scored (one point is no baseline)
+    )
     extend: bool = False  # date an alarm from the stretch of scores > z_accept leading into it
-    match_window: int = 4  # reference mode: defined values (after warm-up) that match heads to reference heads
+    match_window: int = (
+        4  # reference mode: defined values (after warm-up) that match heads to reference heads
+    )
     breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
     #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
-    settle_drop: float = 0.6931471805599453  # log 2: a layer has settled once its step size fell to half its peak
+    settle_drop: float = (
+        0.6931471805599453  # log 2: a layer has settled once its step size fell to half its peak
+    )
     settle_age: float = 4.0  # ... or once it is this many times as old (in steps) as at that peak
-    dormant_ratio: float = 0.05  # a layer whose ||M|| is below this share of the largest layer's is not learning yet
+    dormant_ratio: float = (
+        0.05  # a layer whose ||M|| is below this share of the largest layer's is not learning yet
+    )
     block: float = 0.25  # checkpoints closer than this share of the run's settling time are scored in blocks
     min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
-    z_lone: float = 4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
+    z_lone: float = (
+        4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
+    )
 
 
 @dataclass
@@ -73,7 +83,9 @@ class Alarm:
     block: str  # timeline series name (e.g. "attn.D2.entropy2", "attn_rope.D2.entropy2")
     layer: int
     head: int | None  # None: layer aggregate
-    first_step: int  # first checkpoint of the alarm (start of the non-normal stretch leading into the trigger)
+    first_step: (
+        int  # first checkpoint of the alarm (start of the non-normal stretch leading into the trigger)
+    )
     index: int  # timeline index of the trigger's first checkpoint (what the classifier orders by)
     score: float  # largest score over the sustained run
     role: str
@@ -84,10 +96,18 @@ class Alarm:
     test: str = ""  # the detector's mode: "level", "rate" or "shift"
 
     def as_dict(self) -> dict:
-        return {"monitor": self.block, "layer": self.layer, "head": self.head,
-                "first_alarm_step": self.first_step, "confirmed_step": self.confirmed_step,
-                "score": round(float(self.score), 3), "role": self.role, "direction": self.direction,
-                "test": self.test, "points": self.length}
+        return {
+            "monitor": self.block,
+            "layer": self.layer,
+            "head": self.head,
+            "first_alarm_step": self.first_step,
+            "confirmed_step": self.confirmed_step,
+            "score": round(float(self.score), 3),
+            "role": self.role,
+            "direction": self.direction,
+            "test": self.test,
+            "points": self.length,
+        }
 
 
 @dataclass
@@ -137,7 +157,9 @@ def _sign(direction: str) -> float:
     return -1.0 if direction == "down" else 1.0
 
 
-def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(), start: int = 0) -> SeriesScore:
+def score_self(
+    x: np.ndarray, det: Detector, direction: str, p: Params = Params(), start: int = 0
+) -> SeriesScore:
     """Self-referenced one-sided scores of a transformed series ``x`` (NaN = undefined).  Values
     before index ``start`` (the run had not settled) are neither scored nor enter a baseline."""
     n = len(x)
@@ -183,8 +205,9 @@ def score_self(x: np.ndarray, det: Detector, direction: str, p: Params = Params(
     return SeriesScore(z, exceed)
 
 
-def score_reference(x: np.ndarray, ref: np.ndarray, det: Detector, direction: str,
-                    p: Params = Params()) -> SeriesScore:
+def score_reference(
+    x: np.ndarray, ref: np.ndarray, det: Detector, direction: str, p: Params = Params()
+) -> SeriesScore:
     """Scores against a healthy run's series ``ref`` at the same steps (both transformed).
 
     Per-head series arrive paired with their reference head (``_reference_columns``)."""
@@ -197,7 +220,7 @@ def score_reference(x: np.ndarray, ref: np.ndarray, det: Detector, direction: st
     # use the MAD of first differences of the reference, / sqrt(2) for one value's noise
     spread = 0.0
     if len(r) >= 4:
-        dd = np.diff(r[p.warmup_skip:]) if len(r) > p.warmup_skip + 2 else np.diff(r)
+        dd = np.diff(r[p.warmup_skip :]) if len(r) > p.warmup_skip + 2 else np.diff(r)
         spread = 1.4826 * float(np.median(np.abs(dd - np.median(dd)))) / np.sqrt(2)
     s = max(det.floor, spread)
     seen = 0
@@ -221,7 +244,7 @@ def first_sustained(exceed: np.ndarray, persist: int, start_ok: np.ndarray | Non
     Checkpoints where the series is undefined break a run (they cannot confirm it)."""
     ex = np.asarray(exceed, dtype=bool)
     for i in range(len(ex) - persist + 1):
-        if ex[i:i + persist].all() and (start_ok is None or start_ok[i]):
+        if ex[i : i + persist].all() and (start_ok is None or start_ok[i]):
             return i
     return None
 
@@ -303,7 +326,7 @@ def _early_level(x: np.ndarray, p: Params) -> np.ndarray:
     (+inf for a column with none, so it sorts last)."""
     out = np.full(x.shape[1], np.inf)
     for h in range(x.shape[1]):
-        v = x[np.isfinite(x[:, h]), h][p.warmup_skip:p.warmup_skip + p.match_window]
+        v = x[np.isfinite(x[:, h]), h][p.warmup_skip : p.warmup_skip + p.match_window]
         if len(v):
             out[h] = float(np.median(v))
     return out
@@ -334,8 +357,15 @@ class _Column(NamedTuple):
     broad: bool
 
 
-def _scored_columns(timeline, det: Detector, name: str, direction: str, params: Params, reference=None,
-                    starts: tuple[np.ndarray, np.ndarray] | None = None):
+def _scored_columns(
+    timeline,
+    det: Detector,
+    name: str,
+    direction: str,
+    params: Params,
+    reference=None,
+    starts: tuple[np.ndarray, np.ndarray] | None = None,
+):
     """(layer, head or None, SeriesScore, self-referenced?) for each column of series ``name``;
     self-referenced columns are scored from their first examined index (``starts``: the layers'
     and the heads', ``layer_starts`` and ``head_starts``) on."""
@@ -346,8 +376,11 @@ def _scored_columns(timeline, det: Detector, name: str, direction: str, params: 
         x = _transform(col, det)
         ref = ref_cols.get((layer, head))
         self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
-        sc = score_self(x, det, direction, params, _start(starts, layer, head)) if self_ref \
+        sc = (
+            score_self(x, det, direction, params, _start(starts, layer, head))
+            if self_ref
             else score_reference(x, ref, det, direction, params)
+        )
         yield layer, head, sc, self_ref
 
 
@@ -367,8 +400,9 @@ def _start(starts: tuple[np.ndarray, np.ndarray] | None, layer: int, head: int |
 _LOG_LEVEL = Detector("", "level", True, False, 0.0, "step_size")  # the log of a value, layer medians
 
 
-def examined_from(timeline, params: Params = Params(),
-                  detectors: tuple[Detector, ...] = DETECTORS) -> tuple[np.ndarray, np.ndarray]:
+def examined_from(
+    timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS
+) -> tuple[np.ndarray, np.ndarray]:
     """(``layer_starts``, ``head_starts``): where each layer and head is first examined."""
     layers_asleep, heads_asleep = dormant(timeline, params)
     layers = layer_starts(timeline, params, detectors, layers_asleep)
@@ -410,7 +444,9 @@ def dormant(timeline, params: Params = Params()) -> tuple[np.ndarray, np.ndarray
         top = np.nanmax(m.reshape(n, -1), axis=1)[:, None]
         layer = np.nanmedian(m, axis=2) / top
         head = m / top[:, :, None]
-    return np.nan_to_num(layer, nan=1.0) < params.dormant_ratio, np.nan_to_num(head, nan=1.0) < params.dormant_ratio
+    return np.nan_to_num(layer, nan=1.0) < params.dormant_ratio, np.nan_to_num(
+        head, nan=1.0
+    ) < params.dormant_ratio
 
 
 def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params) -> int:
@@ -430,13 +466,19 @@ def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params
             continue
         if g[t] > peak:
             peak, at = g[t], t
-        elif g[t] <= peak - params.settle_drop or steps[t] - origin >= params.settle_age * max(steps[at] - origin, 1.0):
+        elif g[t] <= peak - params.settle_drop or steps[t] - origin >= params.settle_age * max(
+            steps[at] - origin, 1.0
+        ):
             return t
     return n
 
 
-def layer_starts(timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS,
-                 asleep: np.ndarray | None = None) -> np.ndarray:
+def layer_starts(
+    timeline,
+    params: Params = Params(),
+    detectors: tuple[Detector, ...] = DETECTORS,
+    asleep: np.ndarray | None = None,
+) -> np.ndarray:
     """[L]: per layer, the index of the first checkpoint examined (``len(steps)``: none).
 
     A layer is examined once it has left its early phase, read from its weights alone (``_settle``
@@ -454,8 +496,9 @@ def layer_starts(timeline, params: Params = Params(), detectors: tuple[Detector,
     return out
 
 
-def head_starts(timeline, starts: np.ndarray, params: Params = Params(),
-                asleep: np.ndarray | None = None) -> np.ndarray:
+def head_starts(
+    timeline, starts: np.ndarray, params: Params = Params(), asleep: np.ndarray | None = None
+) -> np.ndarray:
     """[L, H]: per query head, the first examined index: its layer's, or, for a head that was
     ``dormant`` at some checkpoint, the later of that and its own settling (its q update ratio,
     counting from its last dormant checkpoint).  ``asleep``: ``dormant``'s head mask, when at hand."""
@@ -467,8 +510,9 @@ def head_starts(timeline, starts: np.ndarray, params: Params = Params(),
     for layer in range(min(len(starts), asleep.shape[1])):
         for head in range(asleep.shape[2]):
             if asleep[:, layer, head].any() and g is not None and head < g.shape[2]:
-                out[layer, head] = max(int(starts[layer]), _settle(g[:, layer, head], steps, asleep[:, layer, head],
-                                                                   params))
+                out[layer, head] = max(
+                    int(starts[layer]), _settle(g[:, layer, head], steps, asleep[:, layer, head], params)
+                )
     return out
 
 
@@ -494,8 +538,10 @@ def coarsen(timeline, k: int) -> tuple:
     n = len(timeline.steps)
     block = np.arange(n) // k
     m = int(block[-1]) + 1 if n else 0
-    label = np.array([timeline.steps[np.flatnonzero(block == b)[len(np.flatnonzero(block == b)) // 2]]
-                      for b in range(m)], dtype=np.int64)
+    label = np.array(
+        [timeline.steps[np.flatnonzero(block == b)[len(np.flatnonzero(block == b)) // 2]] for b in range(m)],
+        dtype=np.int64,
+    )
     series = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -515,7 +561,9 @@ class Detection:
     block: int = 1  # checkpoints per scored point (``block_size``); alarm indices count points
     points: int = 0  # scored points (blocks) at which at least one series was scored
     point_steps: np.ndarray | None = None  # the step each point is labelled with (``coarsen``)
-    scores: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # series -> [N, L] (``_layer_scores``)
+    scores: dict[str, np.ndarray] = dataclasses.field(
+        default_factory=dict
+    )  # series -> [N, L] (``_layer_scores``)
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -543,30 +591,44 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
     per = "" if detection.block == 1 else f" ({points} blocks of {detection.block})"
     settled_at = detection.settled_step(steps)
     if settled_at is None:
-        missing = (f"the run never left its early phase (no layer's step size, ||dW||/||W||, had fallen to half "
-                   f"its peak, nor had a layer grown {params.settle_age:g}x as old as at that peak, by step "
-                   f"{int(steps[-1]) if len(steps) else '-'}; {len(steps)} checkpoint(s))" if len(steps) else
-                   "no checkpoint could be analysed")
+        missing = (
+            f"the run never left its early phase (no layer's step size, ||dW||/||W||, had fallen to half "
+            f"its peak, nor had a layer grown {params.settle_age:g}x as old as at that peak, by step "
+            f"{int(steps[-1]) if len(steps) else '-'}; {len(steps)} checkpoint(s))"
+            if len(steps)
+            else "no checkpoint could be analysed"
+        )
     elif points < params.min_examined:
-        missing = (f"{n} checkpoint(s){per} examined after the run settled at step {settled_at}; "
-                   f"{params.min_examined} {'blocks' if per else 'checkpoints'} needed")
+        missing = (
+            f"{n} checkpoint(s){per} examined after the run settled at step {settled_at}; "
+            f"{params.min_examined} {'blocks' if per else 'checkpoints'} needed"
+        )
     else:
         missing = None
     first = int(steps[detection.examined][0]) if n else None
     unexamined = [i for i, s in enumerate(detection.starts) if s >= len(steps)]
-    return {"settled_step": settled_at, "examined_checkpoints": n, "first_examined_step": first,
-            "block": detection.block, "scored_points": points, "needed": params.min_examined,
-            "layers_not_examined": unexamined, "missing": missing}
+    return {
+        "settled_step": settled_at,
+        "examined_checkpoints": n,
+        "first_examined_step": first,
+        "block": detection.block,
+        "scored_points": points,
+        "needed": params.min_examined,
+        "layers_not_examined": unexamined,
+        "missing": missing,
+    }
 
 
-def detect(timeline, params: Params = Params(), reference=None,
-           detectors: tuple[Detector, ...] = DETECTORS) -> list[Alarm]:
+def detect(
+    timeline, params: Params = Params(), reference=None, detectors: tuple[Detector, ...] = DETECTORS
+) -> list[Alarm]:
     """Every sustained alarm in ``timeline`` (``run_detection(...).alarms``)."""
     return run_detection(timeline, params, reference, detectors).alarms
 
 
-def run_detection(timeline, params: Params = Params(), reference=None,
-                  detectors: tuple[Detector, ...] = DETECTORS) -> Detection:
+def run_detection(
+    timeline, params: Params = Params(), reference=None, detectors: tuple[Detector, ...] = DETECTORS
+) -> Detection:
     """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
 
     Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
@@ -589,15 +651,18 @@ def run_detection(timeline, params: Params = Params(), reference=None,
         except KeyError:
             continue
         for name in _series_for(timeline, det):
-            for layer, head, sc, self_ref in _scored_columns(timeline, det, name, direction, params, reference,
-                                                             both):
+            for layer, head, sc, self_ref in _scored_columns(
+                timeline, det, name, direction, params, reference, both
+            ):
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
     examined = np.zeros(len(steps), dtype=bool)
     for c in cols:
         examined |= np.isfinite(c.sc.z)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
-    broad_ok = {mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
-                for mode in {c.det.mode for c in cols if c.broad}}
+    broad_ok = {
+        mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
+        for mode in {c.det.mode for c in cols if c.broad}
+    }
     for c in cols:
         sc = c.sc
         # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
@@ -611,14 +676,35 @@ def run_detection(timeline, params: Params = Params(), reference=None,
         while j < len(sc.exceed) and sc.exceed[j]:
             j += 1
         start_i = extend_back(sc.z, i, params.z_accept, ok) if (c.self_ref and params.extend) else i
-        alarms.append(Alarm(c.det.monitor, c.name, c.layer, c.head, int(steps[start_i]), i,
-                            float(np.nanmax(sc.z[i:j])), c.det.role, c.direction, confirmed, j - i, int(steps[i]),
-                            c.det.mode))
+        alarms.append(
+            Alarm(
+                c.det.monitor,
+                c.name,
+                c.layer,
+                c.head,
+                int(steps[start_i]),
+                i,
+                float(np.nanmax(sc.z[i:j])),
+                c.det.role,
+                c.direction,
+                confirmed,
+                j - i,
+                int(steps[i]),
+                c.det.mode,
+            )
+        )
     alarms = _drop_lone(alarms, params)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
-    return Detection(alarms, np.minimum(starts * k, len(fine_steps)), examined[block], k, int(examined.sum()), steps,
-                     {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()})
+    return Detection(
+        alarms,
+        np.minimum(starts * k, len(fine_steps)),
+        examined[block],
+        k,
+        int(examined.sum()),
+        steps,
+        {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()},
+    )
 
 
 def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
@@ -629,7 +715,9 @@ def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
     heads = [a for a in alarms if a.role == "structure" and a.head is not None]
 
     def accompanied(a: Alarm) -> bool:
-        return any(abs(b.index - a.index) < params.persist and (b.layer, b.head) != (a.layer, a.head) for b in heads)
+        return any(
+            abs(b.index - a.index) < params.persist and (b.layer, b.head) != (a.layer, a.head) for b in heads
+        )
 
     return [a for a in alarms if a not in heads or a.score >= params.z_lone or accompanied(a)]
 
@@ -671,8 +759,13 @@ def _broad(cols: list[_Column], params: Params) -> np.ndarray:
     return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= np.minimum(2, n_scored))
 
 
-def layer_scores(timeline, name: str, params: Params = Params(), reference=None,
-                 detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray | None:
+def layer_scores(
+    timeline,
+    name: str,
+    params: Params = Params(),
+    reference=None,
+    detectors: tuple[Detector, ...] = DETECTORS,
+) -> np.ndarray | None:
     """[N, L]: the score the detector of series ``name`` gave each checkpoint, per layer (the
     largest over the layer's scored columns; NaN where nothing was scored), or None when no
     detector watches ``name``.  The number the alarms are raised on, for reports (an update-ratio
@@ -697,9 +790,15 @@ def first_alarms_by_monitor(alarms: list[Alarm]) -> list[dict]:
     for a in alarms:
         d = out.get(a.block)
         if d is None:
-            out[a.block] = {"monitor": a.block, "role": a.role, "first_alarm_step": a.first_step,
-                            "layers": sorted({a.layer}), "columns_alarming": 1, "max_score": round(a.score, 3),
-                            "first_alarm_by_layer": {str(a.layer): a.first_step}}
+            out[a.block] = {
+                "monitor": a.block,
+                "role": a.role,
+                "first_alarm_step": a.first_step,
+                "layers": sorted({a.layer}),
+                "columns_alarming": 1,
+                "max_score": round(a.score, 3),
+                "first_alarm_by_layer": {str(a.layer): a.first_step},
+            }
         else:
             d["columns_alarming"] += 1
             d["layers"] = sorted(set(d["layers"]) | {a.layer})

@@ -46,8 +46,15 @@ SPIKE_MIN_STD = 1e-10  # no alarm where the window's std is below this (a flat w
 MAX_LISTED_ALARMS = 200  # summary.json lists at most this many log-only alarm steps
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
-LOSS_KEYS = ("loss", "train_loss", "train/loss", "lm_loss", "train/ce_loss", "train_loss_step",
-             "reduced_train_loss")
+LOSS_KEYS = (
+    "loss",
+    "train_loss",
+    "train/loss",
+    "lm_loss",
+    "train/ce_loss",
+    "train_loss_step",
+    "reduced_train_loss",
+)
 GRAD_KEYS = ("grad_norm", "gradient_norm", "train/grad_norm", "optim/total_grad_norm")
 LR_KEYS = ("lr", "learning_rate", "train/learning_rate", "optim/LR (group 0)")
 # TensorBoard scalar tags, first present wins: the keys above, then Megatron's and torchtitan's tags
@@ -55,8 +62,10 @@ TB_LOSS_TAGS = LOSS_KEYS + ("lm loss", "loss_metrics/global_avg_loss")
 TB_GRAD_TAGS = GRAD_KEYS + ("grad-norm",)
 TB_LR_TAGS = LR_KEYS + ("learning-rate",)
 TB_EVENTS = "events.out.tfevents.*"
-TB_MISSING = ("TensorBoard event files need the 'tensorboard' package: pip install 'ckptscan[tensorboard]', "
-              "or pass --log with a JSONL/CSV log")
+TB_MISSING = (
+    "TensorBoard event files need the 'tensorboard' package: pip install 'ckptscan[tensorboard]', "
+    "or pass --log with a JSONL/CSV log"
+)
 # HF Trainer's end-of-training record (mean train_loss, runtime...): not the loss of its step
 TRAINER_SUMMARY_KEYS = ("train_runtime", "train_samples_per_second")
 
@@ -82,7 +91,9 @@ class LossCurve:
 # rules
 
 
-def divergence_step(steps, losses, *, beta: float = EMA_BETA, margin: float = DIVERGENCE_MARGIN) -> int | None:
+def divergence_step(
+    steps, losses, *, beta: float = EMA_BETA, margin: float = DIVERGENCE_MARGIN
+) -> int | None:
     """First step where the loss is NaN/Inf, or its EMA exceeds the running minimum of the EMA by
     ``margin`` nats; ``None`` if that never happens.
 
@@ -94,7 +105,7 @@ def divergence_step(steps, losses, *, beta: float = EMA_BETA, margin: float = DI
     """
     ema = None
     best = math.inf
-    for s, loss in zip(steps, losses):
+    for s, loss in zip(steps, losses, strict=False):
         loss = math.nan if loss is None else float(loss)
         if not math.isfinite(loss):
             return int(s)
@@ -105,8 +116,9 @@ def divergence_step(steps, losses, *, beta: float = EMA_BETA, margin: float = DI
     return None
 
 
-def spike_alarms(values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SIGMAS,
-                 min_std: float = SPIKE_MIN_STD) -> np.ndarray:
+def spike_alarms(
+    values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SIGMAS, min_std: float = SPIKE_MIN_STD
+) -> np.ndarray:
     """Boolean mask: value i is above mean + ``sigmas`` * std (population) of the ``window`` logged
     values before it.  As OLMo-core's stability monitor does it: no alarm until the window is full,
     none where the window's std is below ``min_std``, and every logged value enters the window,
@@ -148,7 +160,9 @@ def log_only_alarm(curve: LossCurve, **kw) -> int | None:
 # finding and reading
 
 
-def find_log(run_dir: str | Path, log_file: str | Path | None = None, patterns: tuple[str, ...] = ()) -> Path | None:
+def find_log(
+    run_dir: str | Path, log_file: str | Path | None = None, patterns: tuple[str, ...] = ()
+) -> Path | None:
     """The run's training log: ``log_file`` if given; else the first of ``patterns`` (a framework's log
     globs, relative to the run folder) that matches; else the newest ``trainer_state.json`` (the run
     root's or a checkpoint folder's, whichever logs the later step), else a metrics JSONL/CSV file or
@@ -266,8 +280,9 @@ def _read_log(path: Path, notes: list[str]) -> LossCurve:
     return _curve(path, rows, notes)
 
 
-def load_curve(run_dir: str | Path, log_file: str | Path | None = None,
-               patterns: tuple[str, ...] = ()) -> LossCurve | None:
+def load_curve(
+    run_dir: str | Path, log_file: str | Path | None = None, patterns: tuple[str, ...] = ()
+) -> LossCurve | None:
     """``read_log(find_log(...))``, or ``None`` when the run has no log."""
     p = find_log(run_dir, log_file, patterns)
     if p is None:
@@ -457,8 +472,10 @@ def _rows_tensorboard(path: Path, notes: list[str]) -> list[dict]:
     if loss_tag is None:
         notes.append(f"{path.name}: no loss scalar among its tags (looked for {', '.join(TB_LOSS_TAGS)})")
         return []
-    extra = {key: next((series[t] for t in names if t in series), {})
-             for key, names in (("grad_norm", TB_GRAD_TAGS), ("lr", TB_LR_TAGS))}
+    extra = {
+        key: next((series[t] for t in names if t in series), {})
+        for key, names in (("grad_norm", TB_GRAD_TAGS), ("lr", TB_LR_TAGS))
+    }
     rows = []
     for step, loss in sorted(series[loss_tag].items()):
         row = {"step": step, "loss": loss}
@@ -500,8 +517,10 @@ def alignment_problem(log_steps, checkpoint_steps) -> str | None:
     first, last = int(logged.min()), int(logged.max())
     if c[-1] <= last + gap and last - c[-1] <= max(2 * gap, (last - first) / 10):
         return None
-    return (f"checkpoint steps {c[0]}..{c[-1]} and logged steps {first}..{last} cannot be aligned (the "
-            f"checkpoints' numbers may count saves, or the log is another run's): lead time not reported")
+    return (
+        f"checkpoint steps {c[0]}..{c[-1]} and logged steps {first}..{last} cannot be aligned (the "
+        f"checkpoints' numbers may count saves, or the log is another run's): lead time not reported"
+    )
 
 
 # =================================================================================================
@@ -516,20 +535,34 @@ def summarize(run_dir: str | Path, log_file: str | Path | None = None, step_offs
     curve = load_curve(run_dir, log_file)
     if curve is not None and step_offset and len(curve):
         curve.steps = curve.steps + step_offset
-        curve.notes.append(f"{curve.path.name}: logged steps shifted by {step_offset:+d} to count completed "
-                           f"optimizer steps, as the checkpoints do")
+        curve.notes.append(
+            f"{curve.path.name}: logged steps shifted by {step_offset:+d} to count completed "
+            f"optimizer steps, as the checkpoints do"
+        )
     if curve is None:
-        return {"curve": None, "log": {"path": None, "points": 0, "notes": ["no training log found"]},
-                "divergence_step": None, "log_only_alarm_step": None, "log_only_alarm_steps": []}
+        return {
+            "curve": None,
+            "log": {"path": None, "points": 0, "notes": ["no training log found"]},
+            "divergence_step": None,
+            "log_only_alarm_step": None,
+            "log_only_alarm_steps": [],
+        }
     div = divergence_step(curve.steps.tolist(), curve.loss.tolist()) if len(curve) else None
     alarms = log_only_alarm_steps(curve) if len(curve) else []
     alarm = alarms[0] if alarms else None
     first, last = (int(curve.steps[0]), int(curve.steps[-1])) if len(curve) else (None, None)
     return {
         "curve": curve,
-        "log": {"path": str(curve.path), "points": len(curve), "first_step": first, "last_step": last,
-                "has_grad_norm": curve.grad_norm is not None, "has_lr": curve.lr is not None,
-                "step_offset": step_offset, "notes": curve.notes},
+        "log": {
+            "path": str(curve.path),
+            "points": len(curve),
+            "first_step": first,
+            "last_step": last,
+            "has_grad_norm": curve.grad_norm is not None,
+            "has_lr": curve.lr is not None,
+            "step_offset": step_offset,
+            "notes": curve.notes,
+        },
         "divergence_step": div,
         "log_only_alarm_step": alarm,
         # every alarm up to the divergence (and the first one after it): ``ckptscan eval`` needs the

@@ -44,9 +44,17 @@ def _clean(o):
     return o
 
 
-def judge(run_dir, timeline, findings, log_file=None, reference: Reference | None = None,
-          checkpoint_steps=None, params: detect.Params | None = None, loss: dict | None = None,
-          log_step_offset: int = 0) -> dict:
+def judge(
+    run_dir,
+    timeline,
+    findings,
+    log_file=None,
+    reference: Reference | None = None,
+    checkpoint_steps=None,
+    params: detect.Params | None = None,
+    loss: dict | None = None,
+    log_step_offset: int = 0,
+) -> dict:
     """Judge one analysed run (pure: reads the run's log, computes nothing from checkpoints).
     ``reference``: a healthy run's timeline to compare against step by step (``Reference``).
     ``checkpoint_steps``: every checkpoint step discovery found (default: the timeline's), checked
@@ -64,15 +72,22 @@ def judge(run_dir, timeline, findings, log_file=None, reference: Reference | Non
         misaligned = logs.alignment_problem(curve.steps, ck)
         log["aligned"] = misaligned is None
         log["notes"] = [*log["notes"], *([misaligned] if misaligned else [])]
-    detection = detect.run_detection(timeline, params,
-                                     reference=reference.timeline if reference is not None else None)
+    detection = detect.run_detection(
+        timeline, params, reference=reference.timeline if reference is not None else None
+    )
     alarms = detection.alarms
     timeline.scores = detection.scores  # what the alarms were raised on, stored beside the monitors
     coverage = detect.examination(detection, timeline.steps, params)
     overflow = [f for f in findings if f.get("kind") == "overflow"]
     # alarms triggered after the point that holds the divergence do not decide the class
-    verdict = classify.classify(alarms, overflow, _layers(timeline), timeline.steps, coverage,
-                                horizon=detection.point_at_or_after(loss["divergence_step"]))
+    verdict = classify.classify(
+        alarms,
+        overflow,
+        _layers(timeline),
+        timeline.steps,
+        coverage,
+        horizon=detection.point_at_or_after(loss["divergence_step"]),
+    )
 
     div = loss["divergence_step"]
     log_alarm = loss["log_only_alarm_step"]
@@ -81,17 +96,28 @@ def judge(run_dir, timeline, findings, log_file=None, reference: Reference | Non
     log_lead = div - log_alarm if (div is not None and log_alarm is not None) else None
     out = {
         "verdict": verdict,
-        "loss": {"divergence_step": div, "log_only_alarm_step": log_alarm,
-                 "log_only_alarm_steps": loss.get("log_only_alarm_steps", []),
-                 "divergence_rule": {"ema_beta": logs.EMA_BETA, "margin_nats": logs.DIVERGENCE_MARGIN},
-                 "log_only_rule": {"window": logs.SPIKE_WINDOW, "sigmas": logs.SPIKE_SIGMAS,
-                                   "min_std": logs.SPIKE_MIN_STD, "series": ["loss", "grad_norm"]}},
+        "loss": {
+            "divergence_step": div,
+            "log_only_alarm_step": log_alarm,
+            "log_only_alarm_steps": loss.get("log_only_alarm_steps", []),
+            "divergence_rule": {"ema_beta": logs.EMA_BETA, "margin_nats": logs.DIVERGENCE_MARGIN},
+            "log_only_rule": {
+                "window": logs.SPIKE_WINDOW,
+                "sigmas": logs.SPIKE_SIGMAS,
+                "min_std": logs.SPIKE_MIN_STD,
+                "series": ["loss", "grad_norm"],
+            },
+        },
         "lead_time_steps": lead,
         "log_only_lead_time_steps": log_lead,
         "alarms": detect.first_alarms_by_monitor(alarms),
         "log": log,
-        "detection": {"baseline": "reference-run" if reference is not None else "self", "coverage": coverage,
-                      "reference_run": reference.run if reference is not None else None,
-                      "reference_out": reference.out if reference is not None else None, **vars(params)},
+        "detection": {
+            "baseline": "reference-run" if reference is not None else "self",
+            "coverage": coverage,
+            "reference_run": reference.run if reference is not None else None,
+            "reference_out": reference.out if reference is not None else None,
+            **vars(params),
+        },
     }
     return _clean(out)

@@ -37,8 +37,12 @@ __all__ = [
 _SAMPLE = 8
 
 
-def resolve_layout(infos: dict[str, TensorInfo], config: dict | None,
-                   layout_file: Path | str | None = None, overrides: dict | None = None) -> Layout:
+def resolve_layout(
+    infos: dict[str, TensorInfo],
+    config: dict | None,
+    layout_file: Path | str | None = None,
+    overrides: dict | None = None,
+) -> Layout:
     """Resolve the layout of one checkpoint from its tensor headers, its config, an optional user
     layout file and ``overrides`` (canonical config keys from ``--heads``/``--kv-heads``, which win).
     Raises ``LayoutError`` (one line) when it cannot, or when shapes disagree."""
@@ -55,15 +59,18 @@ def resolve_layout(infos: dict[str, TensorInfo], config: dict | None,
     else:
         forced = user.family if user is not None else None
         if forced is not None and forced not in BY_NAME:
-            raise LayoutError(f"[model] family = {forced!r} is not a known family; known: "
-                              f"{', '.join(BY_NAME)}", user.path)
+            raise LayoutError(
+                f"[model] family = {forced!r} is not a known family; known: {', '.join(BY_NAME)}", user.path
+            )
         matches = match_family(NameIndex(infos), facts, forced)
         if matches is None:
             if forced is not None:
                 fam = BY_NAME[forced]
-                raise LayoutError(f"[model] family = {forced!r}, but no tensor matches its names "
-                                  f"({', '.join(t for ts in fam.roles.values() for t in ts[:1])[:200]})",
-                                  user.path)
+                raise LayoutError(
+                    f"[model] family = {forced!r}, but no tensor matches its names "
+                    f"({', '.join(t for ts in fam.roles.values() for t in ts[:1])[:200]})",
+                    user.path,
+                )
             raise LayoutError(unknown_architecture_message(infos, facts))
         routing = user.options.get("routing") if user is not None else None
     layout = Builder(infos, facts, matches).build(routing)
@@ -81,11 +88,18 @@ def _user_matches(user: UserLayout, infos: dict[str, TensorInfo]) -> Matches:
         attn = "mla"
     else:
         attn = "separate"
-    fam = Family(name="layout-file", attn=attn, roles={}, required=(),
-                 qkv_order=o.get("qkv_order"), transposed=o.get("transposed", False),
-                 routing=o.get("routing", "softmax_topk"),
-                 routing_with_bias=o.get("routing", "sigmoid_bias"),
-                 router_flat=o.get("router_flat", False), norm_offset=o.get("norm_offset", 0.0))
+    fam = Family(
+        name="layout-file",
+        attn=attn,
+        roles={},
+        required=(),
+        qkv_order=o.get("qkv_order"),
+        transposed=o.get("transposed", False),
+        routing=o.get("routing", "softmax_topk"),
+        routing_with_bias=o.get("routing", "sigmoid_bias"),
+        router_flat=o.get("router_flat", False),
+        norm_offset=o.get("norm_offset", 0.0),
+    )
     return Matches(fam, "", roles)
 
 
@@ -100,6 +114,8 @@ def unknown_architecture_message(infos: dict[str, TensorInfo], facts: ConfigFact
         sample = list(infos.values())[:_SAMPLE]
     seen = ", ".join(f"{i.name} {list(i.shape)}" for i in sample)
     mt = f" (config model_type {facts.model_type!r})" if facts and facts.model_type else ""
-    return (f"unknown architecture{mt}: no known layout matches these {len(infos)} tensors; "
-            f"sample: {seen}; describe q/k (or qkv) and router names in a layout file and pass it with "
-            f"--layout FILE (format and supported families: docs/layouts.md)")
+    return (
+        f"unknown architecture{mt}: no known layout matches these {len(infos)} tensors; "
+        f"sample: {seen}; describe q/k (or qkv) and router names in a layout file and pass it with "
+        f"--layout FILE (format and supported families: docs/layouts.md)"
+    )

@@ -98,13 +98,25 @@ class Layout:
             "family": self.family,
             "config": {k: v for k, v in self.config.__dict__.items() if k != "raw"},
             "attention": [
-                {"layer": b.layer, "block": b.name, "heads": b.n_heads, "kv_heads": b.n_kv_heads,
-                 "head_dim": b.head_dim, "hidden": b.hidden, "tensors": list(b.tensors)}
+                {
+                    "layer": b.layer,
+                    "block": b.name,
+                    "heads": b.n_heads,
+                    "kv_heads": b.n_kv_heads,
+                    "head_dim": b.head_dim,
+                    "hidden": b.hidden,
+                    "tensors": list(b.tensors),
+                }
                 for b in self.attention
             ],
             "routers": [
-                {"layer": r.layer, "experts": r.n_experts, "hidden": r.hidden, "routing": r.routing,
-                 "tensors": list(r.tensors)}
+                {
+                    "layer": r.layer,
+                    "experts": r.n_experts,
+                    "hidden": r.hidden,
+                    "routing": r.routing,
+                    "tensors": list(r.tensors),
+                }
                 for r in self.routers
             ],
             "notes": list(self.notes),

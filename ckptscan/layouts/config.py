@@ -40,10 +40,21 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "head_dim": ("head_dim", "kv_channels", "head_size"),
     "rope_theta": ("rope_theta", "rotary_emb_base", "rotary_base", "rope_base"),
     "partial_rotary_factor": ("partial_rotary_factor", "rotary_pct", "rotary_percent"),
-    "n_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
-                  "num_moe_experts", "n_experts"),
-    "top_k": ("num_experts_per_tok", "moe_top_k", "experts_per_token", "moe_router_topk",
-              "num_experts_per_token"),
+    "n_experts": (
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        "moe_num_experts",
+        "num_moe_experts",
+        "n_experts",
+    ),
+    "top_k": (
+        "num_experts_per_tok",
+        "moe_top_k",
+        "experts_per_token",
+        "moe_router_topk",
+        "num_experts_per_token",
+    ),
     # MLA (DeepSeek-V2/V3)
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),
@@ -158,8 +169,9 @@ def _in_range(facts: ConfigFacts, key: str, raw: Any, lo: float, hi: float) -> f
     if v is not None and math.isfinite(v) and lo < v <= hi:
         return v
     if raw is not None:
-        facts.ignored.append(f"config {key} = {str(raw)[:40]} ignored (not in ({lo:g}, {hi:g}]); "
-                             f"the default is used")
+        facts.ignored.append(
+            f"config {key} = {str(raw)[:40]} ignored (not in ({lo:g}, {hi:g}]); the default is used"
+        )
     return None
 
 
@@ -173,8 +185,20 @@ def read_config(config: dict | None) -> ConfigFacts:
     facts.model_type = str(get["model_type"]) if get["model_type"] is not None else None
     archs = config.get("architectures") or []
     facts.architectures = tuple(str(a) for a in archs) if isinstance(archs, list) else ()
-    for k in ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_experts", "top_k",
-              "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+    for k in (
+        "hidden_size",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "head_dim",
+        "n_experts",
+        "top_k",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+    ):
         v = _as_int(get[k])
         setattr(facts, k, v if v is not None and v > 0 else None)  # 0 means "none" (q_lora_rank)
     if facts.top_k is None:
@@ -239,8 +263,14 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool)) else None
 
 
-def find_config(ckpt_path: Path, run_dir: Path, *, run_folder: Path | None = None,
-                config_file: Path | None = None, hparams: Mapping | None = None) -> tuple[dict | None, str | None]:
+def find_config(
+    ckpt_path: Path,
+    run_dir: Path,
+    *,
+    run_folder: Path | None = None,
+    config_file: Path | None = None,
+    hparams: Mapping | None = None,
+) -> tuple[dict | None, str | None]:
     """The model config of one checkpoint and where it came from (module docstring), or (None, None).
 
     ``hparams`` are a Lightning checkpoint's ``hyper_parameters`` as loaded with ``weights_only``; only
@@ -251,7 +281,9 @@ def find_config(ckpt_path: Path, run_dir: Path, *, run_folder: Path | None = Non
     folder = ckpt_path if ckpt_path.is_dir() else ckpt_path.parent
     if (folder / CONFIG_NAME).is_file():
         return load_config_file(folder / CONFIG_NAME), str(folder / CONFIG_NAME)
-    if hparams and read_config(_plain(hparams)).n_heads is not None:  # hyper-parameters that describe the model
+    if (
+        hparams and read_config(_plain(hparams)).n_heads is not None
+    ):  # hyper-parameters that describe the model
         return _plain(hparams), f"{ckpt_path} (hyper_parameters)"
     run_dir = Path(os.path.abspath(run_dir))  # the parents as the user named them (no symlinks resolved)
     above = list(run_dir.parents)[:CONFIG_PARENTS]

@@ -79,7 +79,7 @@ def _match_family(fam: Family, index: NameIndex) -> dict[str, dict[str, dict[int
     """role -> prefix -> layer -> original name."""
     found: dict[str, dict[str, dict[int, str]]] = {}
     for role, templates in fam.roles.items():
-        for template, pat in zip(templates, fam.patterns[role]):
+        for template, pat in zip(templates, fam.patterns[role], strict=False):
             for n in index.candidates(template):
                 m = pat.fullmatch(n)
                 if not m:
@@ -97,9 +97,11 @@ def _match_family(fam: Family, index: NameIndex) -> dict[str, dict[str, dict[int
 
 def _choose_prefix(prefixes: set[str], layers_by_prefix: dict[str, dict[int, str]]) -> str:
     """The language model's prefix: not a vision/audio tower, then most layers, then shortest."""
+
     def key(p: str):
         aux = any(w in p.lower() for w in _AUX_PREFIX_WORDS)
         return (aux, -len(layers_by_prefix.get(p, {})), len(p), p)
+
     return min(prefixes, key=key)
 
 
@@ -131,8 +133,10 @@ def match_family(index: NameIndex, facts: ConfigFacts, forced: str | None = None
         notes.append("several model prefixes matched; using the language model's")
     ties = [c[1].name for c in cands[1:] if c[0][0] == score]
     if ties and not hinted:
-        notes.append(f"family {fam.name} chosen by tensor names only (also consistent with: "
-                     f"{', '.join(ties)}); pass config.json to disambiguate")
+        notes.append(
+            f"family {fam.name} chosen by tensor names only (also consistent with: "
+            f"{', '.join(ties)}); pass config.json to disambiguate"
+        )
     return Matches(fam, prefix, roles, notes)
 
 
@@ -175,8 +179,10 @@ class Builder:
         rows, cols = self.shape(name)
         want = (math.ceil(rows / b0), math.ceil(cols / b1))
         if self.shape(scale) != want:
-            raise LayoutError(f"{scale} has shape {list(self.shape(scale))}, expected {list(want)} for "
-                              f"{name} {[rows, cols]} with FP8 blocks {b0}x{b1}")
+            raise LayoutError(
+                f"{scale} has shape {list(self.shape(scale))}, expected {list(want)} for "
+                f"{name} {[rows, cols]} with FP8 blocks {b0}x{b1}"
+            )
         self.note(f"FP8 weights dequantised with their weight_scale_inv ({b0}x{b1} blocks)")
         return Src(name, scale, (b0, b1))
 
@@ -202,10 +208,12 @@ class Builder:
 
     def _need_heads(self, name: str) -> int:
         if self.facts.n_heads is None:
-            raise LayoutError(f"{name}: the number of attention heads cannot be read from the shapes of "
-                              f"a {self.fam.name} checkpoint and no config gives it; pass --heads N "
-                              f"(and --kv-heads G), or --config PATH (an HF config.json, or a layout file as "
-                              f"for --layout)")
+            raise LayoutError(
+                f"{name}: the number of attention heads cannot be read from the shapes of "
+                f"a {self.fam.name} checkpoint and no config gives it; pass --heads N "
+                f"(and --kv-heads G), or --config PATH (an HF config.json, or a layout file as "
+                f"for --layout)"
+            )
         return self.facts.n_heads
 
     def _norm(self, role: str, layer: int, n: int, h: int, proj: str) -> Src | None:
@@ -217,8 +225,10 @@ class Builder:
             return self.src(name)
         if size == n * h:
             if n > 1:
-                self.note(f"{role} normalises the whole projection ({n}x{h}); its gain is folded per "
-                          f"head, the normalisation itself is not per-head")
+                self.note(
+                    f"{role} normalises the whole projection ({n}x{h}); its gain is folded per "
+                    f"head, the normalisation itself is not per-head"
+                )
             return self.src(name)
         raise LayoutError(f"{name} has {size} elements; expected head_dim {h} or {n}x{h} for {proj}")
 
@@ -249,9 +259,16 @@ class Builder:
         self._check(kn, "kv heads", G, f.n_kv_heads, "num_key_value_heads")
         if H % G:
             raise LayoutError(f"{qn}: {H} query heads do not divide into {G} kv heads ({kn})")
-        load = SeparateQK(self.src(qn), self.src(kn), H, G, h,
-                          self._norm("q_norm", layer, H, h, qn), self._norm("k_norm", layer, G, h, kn),
-                          self.fam.norm_offset)
+        load = SeparateQK(
+            self.src(qn),
+            self.src(kn),
+            H,
+            G,
+            h,
+            self._norm("q_norm", layer, H, h, qn),
+            self._norm("k_norm", layer, G, h, kn),
+            self.fam.norm_offset,
+        )
         return [self._attn(layer, load, H, G, h, d)]
 
     def qkv(self, layer: int, order: str | None = None, n_kv: int | None = None) -> list[AttnBlock]:
@@ -268,26 +285,38 @@ class Builder:
         if order == "per_head":
             h = f.head_dim or self._split(name, "rows (3 x heads)", rows, 3 * H)
             if G is not None and G != H:
-                raise LayoutError(f"{name}: per-head fused qkv needs kv heads = heads, config says "
-                                  f"{G} kv heads for {H} heads")
+                raise LayoutError(
+                    f"{name}: per-head fused qkv needs kv heads = heads, config says "
+                    f"{G} kv heads for {H} heads"
+                )
             G = H
         else:
-            h = f.head_dim or self._split(name, "hidden columns" if not self.fam.transposed else "rows",
-                                          d, H)
+            h = f.head_dim or self._split(name, "hidden columns" if not self.fam.transposed else "rows", d, H)
             if G is None:
                 extra = rows - H * h
                 if rows % h or extra <= 0 or extra % (2 * h):
-                    raise LayoutError(f"{name} has {rows} rows: not (heads {H} + 2 x kv heads) x "
-                                      f"head_dim {h}")
+                    raise LayoutError(
+                        f"{name} has {rows} rows: not (heads {H} + 2 x kv heads) x head_dim {h}"
+                    )
                 G = extra // (2 * h)
         if rows != (H + 2 * G) * h:
-            raise LayoutError(f"{name} has {rows} rows, expected (heads {H} + 2 x kv heads {G}) x "
-                              f"head_dim {h} = {(H + 2 * G) * h}")
+            raise LayoutError(
+                f"{name} has {rows} rows, expected (heads {H} + 2 x kv heads {G}) x "
+                f"head_dim {h} = {(H + 2 * G) * h}"
+            )
         if H % G:
             raise LayoutError(f"{name}: {H} query heads do not divide into {G} kv heads")
-        load = FusedQKV(self.src(name), order, H, G, h, self.fam.transposed,
-                        self._norm("q_norm", layer, H, h, name), self._norm("k_norm", layer, G, h, name),
-                        self.fam.norm_offset)
+        load = FusedQKV(
+            self.src(name),
+            order,
+            H,
+            G,
+            h,
+            self.fam.transposed,
+            self._norm("q_norm", layer, H, h, name),
+            self._norm("k_norm", layer, G, h, name),
+            self.fam.norm_offset,
+        )
         return [self._attn(layer, load, H, G, h, d)]
 
     def falcon(self, layer: int) -> list[AttnBlock]:
@@ -309,8 +338,9 @@ class Builder:
         kv_a, kv_b = self.name("kv_a", layer), self.name("kv_b", layer)
         q, q_a, q_b = self.name("q", layer), self.name("q_a", layer), self.name("q_b", layer)
         if q is None and (q_a is None or q_b is None):
-            raise LayoutError(f"layer {layer}: {kv_a} found but no q projection (q_proj or q_a_proj + "
-                              f"q_b_proj)")
+            raise LayoutError(
+                f"layer {layer}: {kv_a} found but no q projection (q_proj or q_a_proj + q_b_proj)"
+            )
         qname = q if q is not None else q_b
         H = self._need_heads(qname)
         (kva_r, d), (kvb_r, kv_lora) = self.matrix(kv_a), self.matrix(kv_b)
@@ -324,8 +354,9 @@ class Builder:
         v_dim = self._split(kv_b, "rows", kvb_r, H) - nope
         self._check(kv_b, "v_head_dim", v_dim, f.v_head_dim, "v_head_dim")
         if nope <= 0 or rope <= 0 or v_dim <= 0:
-            raise LayoutError(f"{kv_b}: MLA dimensions nope={nope} rope={rope} v={v_dim} for {H} heads "
-                              f"are not positive")
+            raise LayoutError(
+                f"{kv_b}: MLA dimensions nope={nope} rope={rope} v={v_dim} for {H} heads are not positive"
+            )
         if q is None:
             qa_r, qa_d = self.matrix(q_a)
             if qa_r != q_in or qa_d != d:
@@ -334,25 +365,49 @@ class Builder:
         qan = self.name("q_a_norm", layer)
         kvn = self.name("kv_a_norm", layer)
         lora = q is None
-        common = {"n_heads": H, "nope": nope, "rope": rope, "v_dim": v_dim, "kv_lora": kv_lora,
-                  "kv_a": self.src(kv_a), "q": self.src(q), "q_a": self.src(q_a) if lora else None,
-                  "q_a_norm": self.src(qan) if lora else None, "q_b": self.src(q_b) if lora else None}
+        common = {
+            "n_heads": H,
+            "nope": nope,
+            "rope": rope,
+            "v_dim": v_dim,
+            "kv_lora": kv_lora,
+            "kv_a": self.src(kv_a),
+            "q": self.src(q),
+            "q_a": self.src(q_a) if lora else None,
+            "q_a_norm": self.src(qan) if lora else None,
+            "q_b": self.src(q_b) if lora else None,
+        }
         nope_load = MLA("nope", kv_a_norm=self.src(kvn), kv_b=self.src(kv_b), **common)
         rope_load = MLA("rope", **common)
-        self.note("MLA: block 'attn' is the no-RoPE part (H query and H key heads of qk_nope_head_dim), "
-                  "'attn_rope' the RoPE part (one shared key head); the score scale is "
-                  f"1/sqrt(nope + rope) = 1/sqrt({nope + rope}); latent-norm gains folded")
-        return [self._attn(layer, nope_load, H, H, nope, d, rope=False),
-                self._attn(layer, rope_load, H, 1, rope, d, name="attn_rope", rope=True)]
+        self.note(
+            "MLA: block 'attn' is the no-RoPE part (H query and H key heads of qk_nope_head_dim), "
+            "'attn_rope' the RoPE part (one shared key head); the score scale is "
+            f"1/sqrt(nope + rope) = 1/sqrt({nope + rope}); latent-norm gains folded"
+        )
+        return [
+            self._attn(layer, nope_load, H, H, nope, d, rope=False),
+            self._attn(layer, rope_load, H, 1, rope, d, name="attn_rope", rope=True),
+        ]
 
     def _attn(self, layer, load, H, G, h, d, name="attn", rope=None) -> AttnBlock:
         if h > d:  # an h x h Gram per head: bounded by the bytes present only while h <= d
-            raise LayoutError(f"{load.names()[0]}: head_dim {h} is larger than the hidden size {d}: not an "
-                              f"attention head ({H} heads; is the head count right?)")
+            raise LayoutError(
+                f"{load.names()[0]}: head_dim {h} is larger than the hidden size {d}: not an "
+                f"attention head ({H} heads; is the head count right?)"
+            )
         if rope is None:
             rope = self.uses_rope()
-        return AttnBlock(layer=layer, n_heads=H, n_kv_heads=G, head_dim=h, hidden=d, tensors=load.names(),
-                         load=load, name=name, rope=rope)
+        return AttnBlock(
+            layer=layer,
+            n_heads=H,
+            n_kv_heads=G,
+            head_dim=h,
+            hidden=d,
+            tensors=load.names(),
+            load=load,
+            name=name,
+            rope=rope,
+        )
 
     def uses_rope(self) -> bool:
         if self.facts.uses_rope is not None:
@@ -366,8 +421,10 @@ class Builder:
         if self.fam.router_flat and len(self.shape(name)) == 1:
             d = hidden or f.hidden_size
             if d is None:
-                raise LayoutError(f"{name} is stored flattened {list(self.shape(name))}; the hidden size is "
-                                  f"needed to reshape it (config.json d_model or layout [model] hidden_size)")
+                raise LayoutError(
+                    f"{name} is stored flattened {list(self.shape(name))}; the hidden size is "
+                    f"needed to reshape it (config.json d_model or layout [model] hidden_size)"
+                )
             n = self.numel(name)
             if n % d:
                 raise LayoutError(f"{name} has {n} elements: not a multiple of the hidden size {d}")
@@ -382,14 +439,19 @@ class Builder:
             raise LayoutError(f"{bname} has {self.numel(bname)} elements, expected {E} (one per expert)")
         rule = routing or (self.fam.routing_with_bias if bname else self.fam.routing)
         load = Router(self.src(name), E, d, self.src(bname))
-        return RouterBlock(layer=layer, n_experts=E, hidden=d, tensors=load.names(), load=load,
-                           routing=rule, top_k=f.top_k)
+        return RouterBlock(
+            layer=layer, n_experts=E, hidden=d, tensors=load.names(), load=load, routing=rule, top_k=f.top_k
+        )
 
     # -- everything
     def build(self, routing: str | None = None) -> Layout:
         fam = self.fam
-        kinds = {"separate": (self.separate, ("q", "k")), "qkv": (self.qkv, ("qkv",)),
-                 "falcon": (self.falcon, ("qkv",)), "mla": (self.mla, ("kv_a", "kv_b"))}
+        kinds = {
+            "separate": (self.separate, ("q", "k")),
+            "qkv": (self.qkv, ("qkv",)),
+            "falcon": (self.falcon, ("qkv",)),
+            "mla": (self.mla, ("kv_a", "kv_b")),
+        }
         make, need = kinds[fam.attn]
         self._check_layer_indices()
         layers = sorted(set().union(*(self.m.roles.get(r, {}) for r in need)))
@@ -398,8 +460,10 @@ class Builder:
             missing = [r for r in need if self.name(r, layer) is None]
             if missing:
                 have = [self.name(r, layer) for r in need if self.name(r, layer)]
-                raise LayoutError(f"layer {layer}: {', '.join(have)} found but no {'/'.join(missing)} "
-                                  f"tensor for it ({fam.name} layout)")
+                raise LayoutError(
+                    f"layer {layer}: {', '.join(have)} found but no {'/'.join(missing)} "
+                    f"tensor for it ({fam.name} layout)"
+                )
             attention.extend(make(layer))
         hidden = attention[0].hidden if attention else self.facts.hidden_size
         routers = [self.router(layer, hidden, routing) for layer in sorted(self.m.roles.get("router", {}))]
@@ -413,8 +477,13 @@ class Builder:
         if routers and any(r.routing == "sigmoid_bias" for r in routers) and fam.name != "deepseek-mla":
             self.note("router bias found: routing assumed sigmoid scores + selection bias")
         self.notes.extend(fam.notes)
-        return Layout(family=fam.name, config=self.model_config(attention, routers), attention=attention,
-                      routers=routers, notes=self.notes)
+        return Layout(
+            family=fam.name,
+            config=self.model_config(attention, routers),
+            attention=attention,
+            routers=routers,
+            notes=self.notes,
+        )
 
     def _check_layer_indices(self) -> None:
         """Layers 0..L-1 each hold tensors of their own, so a layer index at or above the number of
@@ -424,8 +493,10 @@ class Builder:
         for by_layer in self.m.roles.values():
             for layer, name in by_layer.items():
                 if layer >= n and not (isinstance(name, Ref) and name.index is not None):
-                    raise LayoutError(f"{name} names layer {layer}, but the checkpoint holds only {n} "
-                                      f"tensors: not a layer index")
+                    raise LayoutError(
+                        f"{name} names layer {layer}, but the checkpoint holds only {n} "
+                        f"tensors: not a layer index"
+                    )
 
     def model_config(self, attention: list[AttnBlock], routers: list[RouterBlock]) -> ModelConfig:
         f = self.facts

@@ -83,8 +83,9 @@ class SeparateQK:
         return fold_gain(wq, qg, self.norm_offset), fold_gain(wk, kg, self.norm_offset)
 
 
-def split_fused(w: torch.Tensor, order: str, n_heads: int, n_kv_heads: int, head_dim: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def split_fused(
+    w: torch.Tensor, order: str, n_heads: int, n_kv_heads: int, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a fused qkv weight [rows, d] into wq [H, h, d], wk [G, h, d].
 
     * ``contiguous``: all q rows, then all k rows, then v (Phi-3, GPT-2 after transposing, Falcon-7B
@@ -97,7 +98,7 @@ def split_fused(w: torch.Tensor, order: str, n_heads: int, n_kv_heads: int, head
     d = w.shape[-1]
     if order == "contiguous":
         wq = w[: H * h].reshape(H, h, d)
-        wk = w[H * h: (H + G) * h].reshape(G, h, d)
+        wk = w[H * h : (H + G) * h].reshape(G, h, d)
     elif order == "per_head":
         v = w.reshape(H, 3, h, d)
         wq, wk = v[:, 0], v[:, 1]
@@ -181,7 +182,7 @@ class MLA:
         qh = self._q_heads(read)
         kv_a = self.kv_a.load(read)
         if self.part == "rope":
-            return qh[:, self.nope:].contiguous(), kv_a[self.kv_lora:].reshape(1, self.rope, -1)
+            return qh[:, self.nope :].contiguous(), kv_a[self.kv_lora :].reshape(1, self.rope, -1)
         lat = kv_a[: self.kv_lora]
         if self.kv_a_norm is not None:
             lat = lat * self.kv_a_norm.load(read).reshape(-1, 1)

@@ -48,8 +48,13 @@ MODEL_KEYS: dict[str, tuple[str, type]] = {
     "v_head_dim": ("v_head_dim", int),
     "family": ("family", str),  # force a registry family (no [roles])
 }
-OPTION_KEYS = {"qkv_order": str, "transposed": bool, "routing": str, "router_flat": bool,
-               "norm_offset": float}
+OPTION_KEYS = {
+    "qkv_order": str,
+    "transposed": bool,
+    "routing": str,
+    "router_flat": bool,
+    "norm_offset": float,
+}
 REGEX_ROLES = ATTN_ROLES + ROUTER_ROLES
 
 
@@ -115,8 +120,11 @@ def load_layout_file(path: str | Path) -> UserLayout:
         except re.error as e:
             raise LayoutError(f"[roles] {key}: bad regex {value!r}: {e}", path) from None
         if pat.groups != 1 and "layer" not in pat.groupindex:
-            raise LayoutError(f"[roles] {key}: regex {value!r} needs exactly one group capturing the "
-                              f"layer index, e.g. 'blocks\\.(\\d+)\\.attn\\.q\\.weight'", path)
+            raise LayoutError(
+                f"[roles] {key}: regex {value!r} needs exactly one group capturing the "
+                f"layer index, e.g. 'blocks\\.(\\d+)\\.attn\\.q\\.weight'",
+                path,
+            )
         out.roles[key] = pat
     _check_roles(out)
     return out
@@ -129,8 +137,9 @@ def _check_roles(u: UserLayout) -> None:
     if "routing" in o and o["routing"] not in ROUTINGS:
         raise LayoutError(f"[roles] routing = {o['routing']!r}: expected one of {', '.join(ROUTINGS)}", path)
     if "qkv_order" in o and o["qkv_order"] not in QKV_ORDERS:
-        raise LayoutError(f"[roles] qkv_order = {o['qkv_order']!r}: expected one of "
-                          f"{', '.join(QKV_ORDERS)}", path)
+        raise LayoutError(
+            f"[roles] qkv_order = {o['qkv_order']!r}: expected one of {', '.join(QKV_ORDERS)}", path
+        )
     if not r:
         if set(o) - {"routing"}:
             raise LayoutError(f"[roles] options {sorted(o)} given without any role regex", path)
@@ -138,7 +147,7 @@ def _check_roles(u: UserLayout) -> None:
     if "qkv" in r and ({"q", "k"} & set(r)):
         raise LayoutError("[roles]: give either qkv or q and k, not both", path)
     if "qkv" in r and "qkv_order" not in o:
-        raise LayoutError("[roles] qkv needs qkv_order = \"contiguous\" | \"per_head\" | \"per_group\"", path)
+        raise LayoutError('[roles] qkv needs qkv_order = "contiguous" | "per_head" | "per_group"', path)
     has_attn = "qkv" in r or {"q", "k"} <= set(r) or {"kv_a", "kv_b"} <= set(r)
     if not has_attn and ({"q", "k", "qkv"} & set(r)):
         raise LayoutError("[roles]: q needs k (or give qkv)", path)
@@ -161,10 +170,13 @@ def match_roles(u: UserLayout, names: list[str]) -> dict[str, dict[int, str]]:
                 try:
                     hits.setdefault(int(g), n)
                 except (TypeError, ValueError):
-                    raise LayoutError(f"[roles] {role}: group matched {str(g)[:20]!r} in {n[:200]}, not a "
-                                      f"layer number", u.path) from None
+                    raise LayoutError(
+                        f"[roles] {role}: group matched {str(g)[:20]!r} in {n[:200]}, not a layer number",
+                        u.path,
+                    ) from None
         if not hits:
-            raise LayoutError(f"[roles] {role} = {pat.pattern!r} matches no tensor "
-                              f"(e.g. {', '.join(names[:3])})", u.path)
+            raise LayoutError(
+                f"[roles] {role} = {pat.pattern!r} matches no tensor (e.g. {', '.join(names[:3])})", u.path
+            )
         out[role] = hits
     return out

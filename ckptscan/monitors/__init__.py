@@ -38,7 +38,14 @@ from ckptscan.monitors import router as _router  # noqa: F401
 
 # --- numerics: written by the analysis loop over every family's tensors -------------------------
 NONFINITE = "numerics.nonfinite"
-register(NONFINITE, "numerics", "layer", "single", "up", "count of NaN/Inf values in the layer's q, k and router tensors")
+register(
+    NONFINITE,
+    "numerics",
+    "layer",
+    "single",
+    "up",
+    "count of NaN/Inf values in the layer's q, k and router tensors",
+)
 
 # --- activation side (monitors/activations.py registers the act.* series) ----------------------
-from ckptscan.monitors import activations as _activations  # noqa: F401
+from ckptscan.monitors import activations as _activations  # noqa: E402, F401 -- registers after register exists

@@ -47,40 +47,136 @@ TIE_TOL = 1e-3
 # registry
 
 _A, _R = "act_attention", "act_router"
-register("act.attn.max_logit", _A, "head", "single", "up",
-         "max causal attention logit q.k/sqrt(h) over the replay batch (logit growth, Wortsman et al.)")
-register("act.attn.entropy_mean", _A, "head", "single", "down",
-         "mean over causal rows 1..T-1 of attention entropy / log(row length) (entropy collapse, Zhai et al.)")
-register("act.attn.entropy_min", _A, "head", "single", "down",
-         "min over causal rows 1..T-1 of attention entropy / log(row length)")
-register("act.attn.S.entropy1", _A, "head", "single", "both",
-         "spectral entropy (alpha=1) of the unmasked score matrix Q K^T/sqrt(h) per sequence, / log h, mean over sequences")
-register("act.attn.S.entropy2", _A, "head", "single", "down",
-         "spectral entropy (alpha=2) of the unmasked score matrix Q K^T/sqrt(h) per sequence, / log h, mean over sequences")
-register("act.attn.dS.entropy1", _A, "head", "pair", "down",
-         "spectral entropy (alpha=1) of the score increment's first-order term dQ K^T + Q dK^T, / log 2h, mean over sequences")
-register("act.attn.dS.entropy2", _A, "head", "pair", "down",
-         "spectral entropy (alpha=2) of the score increment's first-order term dQ K^T + Q dK^T, / log 2h, mean over sequences")
-register("act.attn.tie_ratio", _A, "head", "single", "up",
-         "fraction of causal rows (>= 2 keys) with two or more logits within 1e-3 of the row max (Qiu & Yao 2025)")
+register(
+    "act.attn.max_logit",
+    _A,
+    "head",
+    "single",
+    "up",
+    "max causal attention logit q.k/sqrt(h) over the replay batch (logit growth, Wortsman et al.)",
+)
+register(
+    "act.attn.entropy_mean",
+    _A,
+    "head",
+    "single",
+    "down",
+    "mean over causal rows 1..T-1 of attention entropy / log(row length) (entropy collapse, Zhai et al.)",
+)
+register(
+    "act.attn.entropy_min",
+    _A,
+    "head",
+    "single",
+    "down",
+    "min over causal rows 1..T-1 of attention entropy / log(row length)",
+)
+register(
+    "act.attn.S.entropy1",
+    _A,
+    "head",
+    "single",
+    "both",
+    "spectral entropy (alpha=1) of the unmasked score matrix Q K^T/sqrt(h) per sequence, / log h, mean over sequences",
+)
+register(
+    "act.attn.S.entropy2",
+    _A,
+    "head",
+    "single",
+    "down",
+    "spectral entropy (alpha=2) of the unmasked score matrix Q K^T/sqrt(h) per sequence, / log h, mean over sequences",
+)
+register(
+    "act.attn.dS.entropy1",
+    _A,
+    "head",
+    "pair",
+    "down",
+    "spectral entropy (alpha=1) of the score increment's first-order term dQ K^T + Q dK^T, / log 2h, "
+    "mean over sequences",
+)
+register(
+    "act.attn.dS.entropy2",
+    _A,
+    "head",
+    "pair",
+    "down",
+    "spectral entropy (alpha=2) of the score increment's first-order term dQ K^T + Q dK^T, / log 2h, "
+    "mean over sequences",
+)
+register(
+    "act.attn.tie_ratio",
+    _A,
+    "head",
+    "single",
+    "up",
+    "fraction of causal rows (>= 2 keys) with two or more logits within 1e-3 of the row max (Qiu & Yao 2025)",
+)
 
-register("act.router.entropy_mean", _R, "layer", "single", "both",
-         "mean per-token routing entropy H(p_t) / log E over the replay tokens")
-register("act.router.entropy_p10", _R, "layer", "single", "both", "10th percentile of per-token routing entropy / log E")
+register(
+    "act.router.entropy_mean",
+    _R,
+    "layer",
+    "single",
+    "both",
+    "mean per-token routing entropy H(p_t) / log E over the replay tokens",
+)
+register(
+    "act.router.entropy_p10",
+    _R,
+    "layer",
+    "single",
+    "both",
+    "10th percentile of per-token routing entropy / log E",
+)
 register("act.router.entropy_p50", _R, "layer", "single", "both", "median per-token routing entropy / log E")
-register("act.router.entropy_p90", _R, "layer", "single", "both", "90th percentile of per-token routing entropy / log E")
-register("act.router.load_entropy", _R, "layer", "single", "down",
-         "entropy of the expert load (fraction of top-k slots per expert) / log E")
+register(
+    "act.router.entropy_p90",
+    _R,
+    "layer",
+    "single",
+    "both",
+    "90th percentile of per-token routing entropy / log E",
+)
+register(
+    "act.router.load_entropy",
+    _R,
+    "layer",
+    "single",
+    "down",
+    "entropy of the expert load (fraction of top-k slots per expert) / log E",
+)
 register("act.router.load_cv", _R, "layer", "single", "up", "coefficient of variation of the expert load")
 register("act.router.max_share", _R, "layer", "single", "up", "largest expert's share of the top-k slots")
-register("act.router.dead_experts", _R, "layer", "single", "up", "number of experts that receive no top-k slot")
-register("act.router.topk_margin", _R, "layer", "single", "down",
-         "mean gap between the k-th and (k+1)-th selection score (probability) per token")
+register(
+    "act.router.dead_experts", _R, "layer", "single", "up", "number of experts that receive no top-k slot"
+)
+register(
+    "act.router.topk_margin",
+    _R,
+    "layer",
+    "single",
+    "down",
+    "mean gap between the k-th and (k+1)-th selection score (probability) per token",
+)
 register("act.router.z_loss", _R, "layer", "single", "up", "mean logsumexp(z_t)^2 of the router logits")
-register("act.router.churn_prev", _R, "layer", "pair", "up",
-         "routing churn vs the previous checkpoint: 1 - mean |topk_t(step) & topk_t(prev)| / k")
-register("act.router.churn_final", _R, "layer", "pair", "up",
-         "routing churn vs the final checkpoint: 1 - mean |topk_t(step) & topk_t(final)| / k (router saturation)")
+register(
+    "act.router.churn_prev",
+    _R,
+    "layer",
+    "pair",
+    "up",
+    "routing churn vs the previous checkpoint: 1 - mean |topk_t(step) & topk_t(prev)| / k",
+)
+register(
+    "act.router.churn_final",
+    _R,
+    "layer",
+    "pair",
+    "up",
+    "routing churn vs the final checkpoint: 1 - mean |topk_t(step) & topk_t(final)| / k (router saturation)",
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,7 +231,7 @@ def apply_rope(x: torch.Tensor, rope: RopeSpec) -> torch.Tensor:
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     xr, rest = x[..., :rot], x[..., rot:]
     if rope.style == "half":
-        a, b = xr[..., : rot // 2], xr[..., rot // 2:]
+        a, b = xr[..., : rot // 2], xr[..., rot // 2 :]
         out = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
     else:
         a, b = xr[..., 0::2], xr[..., 1::2]
@@ -172,8 +268,10 @@ def attention_activation_monitors(
     weights; without them ``act.attn.dS.*`` are NaN.
     """
     if x.ndim != 3 or wq.ndim != 3 or wk.ndim != 3:
-        raise ValueError(f"expected x [B,T,d], wq [H,h,d], wk [G,h,d]; got {tuple(x.shape)}, "
-                         f"{tuple(wq.shape)}, {tuple(wk.shape)}")
+        raise ValueError(
+            f"expected x [B,T,d], wq [H,h,d], wk [G,h,d]; got {tuple(x.shape)}, "
+            f"{tuple(wq.shape)}, {tuple(wk.shape)}"
+        )
     b_n, t_n, d = x.shape
     n_heads, h, _ = wq.shape
     if wq.shape[-1] != d or wk.shape[-1] != d or wk.shape[1] != h:
@@ -262,7 +360,6 @@ def attention_activation_monitors(
 # router
 
 
-
 def routing_scores(z: torch.Tensor, bias: torch.Tensor | None, routing: str, top_k: int):
     """From logits z [N, E]: (p [N, E] the routing distribution over all experts, selection scores
     [N, E] whose top-k are the chosen experts, topk indices [N, k], gate weights [N, k])."""
@@ -294,8 +391,9 @@ def routing_churn(topk_a: torch.Tensor, topk_b: torch.Tensor) -> float:
     ``topk_a``, ``topk_b`` [N, k] expert indices for the same N tokens (distinct within a row).
     """
     if topk_a.shape != topk_b.shape or topk_a.ndim != 2:
-        raise ValueError(f"top-k index shapes differ or are not [N, k]: {tuple(topk_a.shape)} vs "
-                         f"{tuple(topk_b.shape)}")
+        raise ValueError(
+            f"top-k index shapes differ or are not [N, k]: {tuple(topk_a.shape)} vs {tuple(topk_b.shape)}"
+        )
     if topk_a.numel() == 0:
         return math.nan
     b = topk_b.to(topk_a.device)
@@ -343,8 +441,11 @@ def router_activation_monitors(
     q = torch.quantile(tok_ent, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64, device=z.device))
 
     load = torch.bincount(idx.reshape(-1), minlength=e).double() / (n * top_k)  # sums to 1
-    load_ent = -torch.where(load > 0, load * load.log(), torch.zeros_like(load)).sum() / math.log(e) \
-        if e > 1 else torch.zeros((), dtype=torch.float64)
+    load_ent = (
+        -torch.where(load > 0, load * load.log(), torch.zeros_like(load)).sum() / math.log(e)
+        if e > 1
+        else torch.zeros((), dtype=torch.float64)
+    )
     if top_k < e:
         srt = sel.double().topk(top_k + 1, dim=-1).values
         margin = (srt[:, top_k - 1] - srt[:, top_k]).mean()

@@ -164,40 +164,62 @@ def _heads(layout, prefix: str) -> int:
     return max((b.n_heads for b in layout.attention if b.name == prefix), default=1)
 
 
-FAMILY = register_family(Family(
-    name="attention",
-    blocks=lambda layout: layout.attention,
-    load=lambda block, read: block.load(read),
-    prefix=lambda block: block.name,
-    single=_single,
-    pair=_pair,
-    columns=_heads,
-    series=series("attention", "head", "attn", [
-        ("M.entropy1", "single", "both", "spectral entropy (alpha=1) of M_j = Wq_j^T Wk_g, / log h"),
-        ("M.entropy2", "single", "both", "spectral entropy (alpha=2) of M_j, / log h"),
-        ("M.stable_rank", "single", "both", "stable rank of M_j"),
-        ("M.spectral_norm", "single", "up", "spectral norm of M_j (logit growth)"),
-        ("D2.entropy1", "pair", "down", "spectral entropy (alpha=1) of D2 = dWq^T Wk + Wq^T dWk, / log 2h"),
-        ("D2.entropy2", "pair", "down", "spectral entropy (alpha=2) of D2, / log 2h (the paper's monitor)"),
-        ("D2.stable_rank", "pair", "down", "stable rank of D2"),
-        ("D2.fro", "pair", "up", "Frobenius norm of D2"),
-        ("D3.fro", "pair", "up", "Frobenius norm of D3 = dWq^T dWk"),
-        ("D3_over_D2", "pair", "up", "||D3||_F / ||D2||_F"),
-        ("q.update_ratio", "pair", "up", "||dWq_j||_F / ||Wq_j||_F"),
-        ("k.update_ratio", "pair", "up", "||dWk_g||_F / ||Wk_g||_F (for the kv head of query head j)"),
-    ]),
-    # Floors: a normalised entropy moving by 3 * 0.05 = 0.15 (of a [0, 1] range), or a log quantity
-    # growing by 3 * 0.05 = 0.15 (16 %) per checkpoint, three checkpoints in a row, is never noise
-    # in a run that trains normally; below that, a run's short history cannot tell noise from signal.
-    detectors=(
-        Detector("attn.D2.entropy2", "level", False, True, 0.05, Role.STRUCTURE),
-        Detector("attn.D2.entropy1", "level", False, True, 0.05, Role.STRUCTURE),
-        Detector("attn.q.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
-        Detector("attn.k.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
-        # a jump of the step size that stays: the level against its own trend (floor: z 3 = x2.5)
-        Detector("attn.q.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
-        Detector("attn.k.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
-        Detector("attn.D3_over_D2", "rate", True, False, 0.05, Role.SECOND_ORDER),
-        Detector("attn.M.spectral_norm", "rate", True, False, 0.05, Role.LOGITS),
-    ),
-))
+FAMILY = register_family(
+    Family(
+        name="attention",
+        blocks=lambda layout: layout.attention,
+        load=lambda block, read: block.load(read),
+        prefix=lambda block: block.name,
+        single=_single,
+        pair=_pair,
+        columns=_heads,
+        series=series(
+            "attention",
+            "head",
+            "attn",
+            [
+                ("M.entropy1", "single", "both", "spectral entropy (alpha=1) of M_j = Wq_j^T Wk_g, / log h"),
+                ("M.entropy2", "single", "both", "spectral entropy (alpha=2) of M_j, / log h"),
+                ("M.stable_rank", "single", "both", "stable rank of M_j"),
+                ("M.spectral_norm", "single", "up", "spectral norm of M_j (logit growth)"),
+                (
+                    "D2.entropy1",
+                    "pair",
+                    "down",
+                    "spectral entropy (alpha=1) of D2 = dWq^T Wk + Wq^T dWk, / log 2h",
+                ),
+                (
+                    "D2.entropy2",
+                    "pair",
+                    "down",
+                    "spectral entropy (alpha=2) of D2, / log 2h (the paper's monitor)",
+                ),
+                ("D2.stable_rank", "pair", "down", "stable rank of D2"),
+                ("D2.fro", "pair", "up", "Frobenius norm of D2"),
+                ("D3.fro", "pair", "up", "Frobenius norm of D3 = dWq^T dWk"),
+                ("D3_over_D2", "pair", "up", "||D3||_F / ||D2||_F"),
+                ("q.update_ratio", "pair", "up", "||dWq_j||_F / ||Wq_j||_F"),
+                (
+                    "k.update_ratio",
+                    "pair",
+                    "up",
+                    "||dWk_g||_F / ||Wk_g||_F (for the kv head of query head j)",
+                ),
+            ],
+        ),
+        # Floors: a normalised entropy moving by 3 * 0.05 = 0.15 (of a [0, 1] range), or a log quantity
+        # growing by 3 * 0.05 = 0.15 (16 %) per checkpoint, three checkpoints in a row, is never noise
+        # in a run that trains normally; below that, a run's short history cannot tell noise from signal.
+        detectors=(
+            Detector("attn.D2.entropy2", "level", False, True, 0.05, Role.STRUCTURE),
+            Detector("attn.D2.entropy1", "level", False, True, 0.05, Role.STRUCTURE),
+            Detector("attn.q.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
+            Detector("attn.k.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
+            # a jump of the step size that stays: the level against its own trend (floor: z 3 = x2.5)
+            Detector("attn.q.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
+            Detector("attn.k.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
+            Detector("attn.D3_over_D2", "rate", True, False, 0.05, Role.SECOND_ORDER),
+            Detector("attn.M.spectral_norm", "rate", True, False, 0.05, Role.LOGITS),
+        ),
+    )
+)

@@ -52,7 +52,9 @@ def _clamp_floor(ev: torch.Tensor, input_dtype: torch.dtype | None = None) -> to
     """Zero the eigenvalues that are round-off: negative, or below n * eps * max, where eps is the
     precision the inputs (Gram blocks) were computed in."""
     n = ev.shape[-1]
-    eps = torch.finfo(input_dtype if input_dtype is not None and input_dtype.is_floating_point else ev.dtype).eps
+    eps = torch.finfo(
+        input_dtype if input_dtype is not None and input_dtype.is_floating_point else ev.dtype
+    ).eps
     top = ev[..., :1].clamp_min(0)
     floor = top * (n * eps)
     return torch.where(ev > floor, ev, torch.zeros((), dtype=ev.dtype, device=ev.device))

@@ -57,7 +57,9 @@ class Detector:
     per_head: bool  # False: median over heads first
     floor: float  # minimum scale (units of x, or of log x per checkpoint)
     role: str  # a ``Role``: what the classifier reads it as
-    reference: str = "flat"  # rate, "up": "flat" (max(0, recent change)) | "trend" (recent change, growth only)
+    reference: str = (
+        "flat"  # rate, "up": "flat" (max(0, recent change)) | "trend" (recent change, growth only)
+    )
     broad: bool = False  # a step size is global: alarms need Params.breadth of the detector's columns off
 
 
@@ -96,7 +98,9 @@ class Family:
     columns: Callable[[Any, str], int] = lambda layout, prefix: 1
     series: tuple[MonitorSpec, ...] = ()
     detectors: tuple[Detector, ...] = ()
-    leading: tuple[str, ...] = ()  # series the reports show when no alarm names others (after the built-in ones)
+    leading: tuple[
+        str, ...
+    ] = ()  # series the reports show when no alarm names others (after the built-in ones)
 
     def prefix_of(self, block) -> str:
         if self.prefix is not None:
@@ -121,8 +125,10 @@ def register(name, family, scope, kind, direction, description) -> MonitorSpec:
 
 def series(family: str, scope: str, prefix: str, rows) -> tuple[MonitorSpec, ...]:
     """``MonitorSpec``s from ``(key, kind, direction, description)`` rows, named ``<prefix>.<key>``."""
-    return tuple(MonitorSpec(f"{prefix}.{key}", family, scope, kind, direction, description)
-                 for key, kind, direction, description in rows)
+    return tuple(
+        MonitorSpec(f"{prefix}.{key}", family, scope, kind, direction, description)
+        for key, kind, direction, description in rows
+    )
 
 
 def register_family(family: Family) -> Family:

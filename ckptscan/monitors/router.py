@@ -60,25 +60,37 @@ def _before(step: BlockStep) -> torch.Tensor:
     return step.before[0]
 
 
-FAMILY = register_family(Family(
-    name="router",
-    blocks=lambda layout: layout.routers,
-    load=lambda block, read: block.load(read),
-    single=lambda step: single_monitors(step.now[0]),
-    pair=lambda step: pair_monitors(_before(step).double(), step.now[0].double()),
-    series=series("router", "layer", "router", [
-        ("similarity", "single", "up", "mean pairwise cosine of router rows"),
-        ("centered_max_ratio", "single", "up", "max_e ||w_e - w_bar|| / ||w_bar||"),
-        ("centered_cond", "single", "up", "condition number of W_r - 1 w_bar^T (over its E-1 directions)"),
-        ("W.entropy1", "single", "both", "spectral entropy (alpha=1) of W_r, / log E"),
-        ("W.entropy2", "single", "both", "spectral entropy (alpha=2) of W_r, / log E"),
-        ("W.stable_rank", "single", "both", "stable rank of W_r"),
-        ("dW.entropy2", "pair", "down", "spectral entropy (alpha=2) of dW_r, / log E"),
-        ("dW.stable_rank", "pair", "down", "stable rank of dW_r"),
-        ("update_ratio", "pair", "up", "||dW_r||_F / ||W_r||_F"),
-    ]),
-    detectors=(
-        Detector("router.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
-        Detector("router.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
-    ),
-))
+FAMILY = register_family(
+    Family(
+        name="router",
+        blocks=lambda layout: layout.routers,
+        load=lambda block, read: block.load(read),
+        single=lambda step: single_monitors(step.now[0]),
+        pair=lambda step: pair_monitors(_before(step).double(), step.now[0].double()),
+        series=series(
+            "router",
+            "layer",
+            "router",
+            [
+                ("similarity", "single", "up", "mean pairwise cosine of router rows"),
+                ("centered_max_ratio", "single", "up", "max_e ||w_e - w_bar|| / ||w_bar||"),
+                (
+                    "centered_cond",
+                    "single",
+                    "up",
+                    "condition number of W_r - 1 w_bar^T (over its E-1 directions)",
+                ),
+                ("W.entropy1", "single", "both", "spectral entropy (alpha=1) of W_r, / log E"),
+                ("W.entropy2", "single", "both", "spectral entropy (alpha=2) of W_r, / log E"),
+                ("W.stable_rank", "single", "both", "stable rank of W_r"),
+                ("dW.entropy2", "pair", "down", "spectral entropy (alpha=2) of dW_r, / log E"),
+                ("dW.stable_rank", "pair", "down", "stable rank of dW_r"),
+                ("update_ratio", "pair", "up", "||dW_r||_F / ||W_r||_F"),
+            ],
+        ),
+        detectors=(
+            Detector("router.update_ratio", "rate", True, False, 0.05, Role.STEP_SIZE, "trend", broad=True),
+            Detector("router.update_ratio", "shift", True, False, 0.3, Role.STEP_SIZE, broad=True),
+        ),
+    )
+)

@@ -35,7 +35,7 @@ def topk_key(layer: int) -> str:
 
 def topk_by_layer(extras: dict) -> dict[int, np.ndarray]:
     """Layer -> top-k decisions [tokens, k], from a part file's extras (``topk_key``)."""
-    return {int(k[len(_TOPK):]): v for k, v in extras.items() if k.startswith(_TOPK)}
+    return {int(k[len(_TOPK) :]): v for k, v in extras.items() if k.startswith(_TOPK)}
 
 
 class Weights(Protocol):
@@ -88,8 +88,12 @@ def activation_values(
     hidden = max((b.hidden for b in layout.attention), default=None)
     extras: dict[str, np.ndarray] = {}
     with ReplayFile(replay_path) as rf:
-        rf.check(hidden, layout.n_layers, router_layers=[r.layer for r in layout.routers],
-                 n_experts=max((r.n_experts for r in layout.routers), default=None))
+        rf.check(
+            hidden,
+            layout.n_layers,
+            router_layers=[r.layer for r in layout.routers],
+            n_experts=max((r.n_experts for r in layout.routers), default=None),
+        )
         ids = rf.input_ids()
         if reference_ids is not None and ids is not None:
             rf.check_tokens(reference_ids)
@@ -107,8 +111,14 @@ def activation_values(
                 if prev_rf is not None and prev_weights is not None and b.layer in prev_rf.layers():
                     before = _try(prev_weights.attn, b.layer, b.name)
                     if before is not None and before[0].shape == wq.shape and before[1].shape == wk.shape:
-                        kw = {"x_prev": prev_rf.attn_in(b.layer, b.hidden).to(device), "wq_prev": before[0], "wk_prev": before[1]}
-                vals = attention_activation_monitors(x, wq, wk, b.kv_index(), rope=rope if b.rope else None, **kw)
+                        kw = {
+                            "x_prev": prev_rf.attn_in(b.layer, b.hidden).to(device),
+                            "wq_prev": before[0],
+                            "wk_prev": before[1],
+                        }
+                vals = attention_activation_monitors(
+                    x, wq, wk, b.kv_index(), rope=rope if b.rope else None, **kw
+                )
                 for name, v in vals.items():
                     put(name, b.layer, v, width)
             topk_now: dict[int, torch.Tensor] = {}
@@ -126,7 +136,12 @@ def activation_values(
                     inp, w_in = logits.to(device), None
                 prev_topk = prev.topk.get(r.layer) if prev is not None else None
                 vals, idx = router_activation_monitors(
-                    inp, w_in, bias, routing=r.routing, top_k=r.top_k or layout.config.top_k or 2, prev_topk=prev_topk
+                    inp,
+                    w_in,
+                    bias,
+                    routing=r.routing,
+                    top_k=r.top_k or layout.config.top_k or 2,
+                    prev_topk=prev_topk,
                 )
                 for name, v in vals.items():
                     put(name, r.layer, v, 1)
@@ -149,8 +164,13 @@ def add_churn_final(results) -> None:
         for layer, idx in topk_by_layer(r.extras).items():
             if layer not in last or idx.shape != last[layer].shape:
                 continue
-            arr = r.values.setdefault("act.router.churn_final", np.full((final.values["numerics.nonfinite"].shape[0], 1), np.nan, np.float32))
-            arr[layer, 0] = routing_churn(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(last[layer].astype(np.int64)))
+            arr = r.values.setdefault(
+                "act.router.churn_final",
+                np.full((final.values["numerics.nonfinite"].shape[0], 1), np.nan, np.float32),
+            )
+            arr[layer, 0] = routing_churn(
+                torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(last[layer].astype(np.int64))
+            )
 
 
 def _try(load, *args):

@@ -56,7 +56,9 @@ class Options:
     replay_pattern: str | None = None
     config_file: Path | None = None  # --config (an HF config.json)
     model_overrides: dict = field(default_factory=dict)  # --heads/--kv-heads as config keys
-    run_folder: Path | None = None  # the framework's run folder (a Lightning version_N), searched for config.json
+    run_folder: Path | None = (
+        None  # the framework's run folder (a Lightning version_N), searched for config.json
+    )
 
 
 class _Weights:
@@ -68,8 +70,10 @@ class _Weights:
         self._an = analyzer
         self._src = src
         # per family: (series prefix, layer) -> block
-        self._blocks = {fam.name: {(fam.prefix_of(b), b.layer): b for b in fam.blocks(layout)}
-                        for fam in registry.FAMILIES}
+        self._blocks = {
+            fam.name: {(fam.prefix_of(b), b.layer): b for b in fam.blocks(layout)}
+            for fam in registry.FAMILIES
+        }
 
     def block(self, family: Family, prefix: str, layer: int):
         return self._blocks.get(family.name, {}).get((prefix, layer))
@@ -123,16 +127,19 @@ def resolve_device(device: str) -> str:
 def checkpoint_config(ckpt_path: Path, src, run_dir: Path, opt: Options) -> tuple[dict | None, str | None]:
     """The checkpoint's model config and where it came from (``layouts.find_config``)."""
     hparams = src.hyper_parameters() if isinstance(src, TorchSource) else None
-    return find_config(ckpt_path, run_dir, run_folder=opt.run_folder, config_file=opt.config_file,
-                       hparams=hparams)
+    return find_config(
+        ckpt_path, run_dir, run_folder=opt.run_folder, config_file=opt.config_file, hparams=hparams
+    )
 
 
 def _weight_files(src) -> dict[str, Path]:
     """The files the checkpoint's tensors live in: name relative to the checkpoint -> path."""
     folder = Path(src.path)
     base = folder if folder.is_dir() else folder.parent
-    return {rel: base / rel if not Path(rel).is_absolute() else Path(rel)
-            for rel in sorted({info.file for info in src.infos().values()})}
+    return {
+        rel: base / rel if not Path(rel).is_absolute() else Path(rel)
+        for rel in sorted({info.file for info in src.infos().values()})
+    }
 
 
 def file_identity(src, config_path: str | None) -> dict:
@@ -174,7 +181,11 @@ class Analyzer:
     # -- one checkpoint ---------------------------------------------------------------------
     def process(self, ckpt: Checkpoint) -> CheckpointResult:
         """Analyse one checkpoint (or reuse its stored part).  Raises CkptscanError on bad input."""
-        replay_path = find_replay(ckpt.path, ckpt.step, self.run_dir, self.opt.replay_pattern) if self.opt.replay else None
+        replay_path = (
+            find_replay(ckpt.path, ckpt.step, self.run_dir, self.opt.replay_pattern)
+            if self.opt.replay
+            else None
+        )
         with open_checkpoint(ckpt.path, trust_pickle=self.opt.trust_pickle) as src:
             config, config_path = checkpoint_config(ckpt.path, src, self.run_dir, self.opt)
             identity = {
@@ -205,26 +216,29 @@ class Analyzer:
             with self._open_prev() as prev_weights:
                 weights = _Weights(self, src, layout)
                 values, findings, kept = self._compute(weights, layout, prev_weights, ckpt.step)
-                extras, skipped, external = self._activations(replay_path, layout, weights, prev_weights,
-                                                              values)
+                extras, skipped, external = self._activations(
+                    replay_path, layout, weights, prev_weights, values
+                )
             now = {"files": file_identity(src, config_path), "replay": _stat_identity(replay_path)}
             if any(now[k] != identity[k] for k in now):
-                raise InputError("changed while it was being read (a save in progress?); it is analysed on the "
-                                 "next run", ckpt.path)
+                raise InputError(
+                    "changed while it was being read (a save in progress?); it is analysed on the next run",
+                    ckpt.path,
+                )
             meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped], "outside": external}
             extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
             save_part(part, identity, values, extra=extra)
             self.prev = _Prev(ckpt, identity, kept)
-            return CheckpointResult(ckpt.step, values, findings, False, extras, skipped,
-                                    outside + external)
+            return CheckpointResult(ckpt.step, values, findings, False, extras, skipped, outside + external)
 
     def _reused(self, ckpt, identity, replay_path, layout, outside, values, findings, extras, meta):
         """The result of a checkpoint whose stored part is reused (see ``_try_reuse``)."""
         skipped = [Skipped(x["path"], x["reason"], x.get("error", True)) for x in meta.get("skipped", [])]
         self.prev = _Prev(ckpt, identity)
         self.replay_prev = _replay_state_from(replay_path, extras) if replay_path and not skipped else None
-        return CheckpointResult(ckpt.step, values, findings, True, extras, skipped,
-                                outside + meta.get("outside", []))
+        return CheckpointResult(
+            ckpt.step, values, findings, True, extras, skipped, outside + meta.get("outside", [])
+        )
 
     def _activations(self, replay_path, layout, weights, prev_weights, values):
         """The activation side (when this checkpoint has a replay file): ``(extras, skipped, external
@@ -243,8 +257,14 @@ class Analyzer:
             if prev is not None and not self._replay_is_checked(prev.path):
                 prev = None  # changed, or gone, since it was checked: no activation increments
             state, ids, extras = activation_values(
-                replay_path, layout, weights, prev, prev_weights, self.reference_ids,
-                functools.partial(_put, act, n_layers), self.device,
+                replay_path,
+                layout,
+                weights,
+                prev,
+                prev_weights,
+                self.reference_ids,
+                functools.partial(_put, act, n_layers),
+                self.device,
             )
         except ReplayError as e:
             self.replay_prev = None
@@ -329,7 +349,9 @@ class Analyzer:
             yield _Weights(self, src, layout)
 
     def _load(self, family: Family, block, src) -> tuple:
-        return tuple(None if x is None else x.to(self.device, torch.float32) for x in family.load(block, src.read))
+        return tuple(
+            None if x is None else x.to(self.device, torch.float32) for x in family.load(block, src.read)
+        )
 
     def _compute(self, weights: _Weights, layout: Layout, prev: _Weights | None, step: int):
         """The weight-side monitors of one checkpoint: every registered family over its blocks, block
@@ -348,10 +370,13 @@ class Analyzer:
 
             def load(b, fam=fam):
                 prefix = fam.prefix_of(b)
-                return weights.load(fam, prefix, b.layer), (_safe(prev.load, fam, prefix, b.layer)
-                                                            if prev is not None else None)
+                return weights.load(fam, prefix, b.layer), (
+                    _safe(prev.load, fam, prefix, b.layer) if prev is not None else None
+                )
 
-            for b, (now, before) in zip(blocks, prefetch([functools.partial(load, b) for b in blocks])):
+            for b, (now, before) in zip(
+                blocks, prefetch([functools.partial(load, b) for b in blocks]), strict=False
+            ):
                 bad = nonfinite_count(*now)
                 nonfinite[b.layer, 0] += bad
                 if bad:
@@ -407,10 +432,12 @@ def check_memory(layout: Layout, budget: int) -> None:
     for b in layout.attention:
         need = memory_needed(layout, b)
         if need > budget:
-            raise InputError(f"{b.tensors[0]}: analysing layer {b.layer} ({b.n_heads} heads, "
-                             f"{b.n_kv_heads} kv heads, head_dim {b.head_dim}, hidden {b.hidden}, "
-                             f"{layout.n_layers} layers) needs about {size_text(need)}, more than the memory "
-                             f"budget of {size_text(budget)} (set {BUDGET_ENV} to allow more)")
+            raise InputError(
+                f"{b.tensors[0]}: analysing layer {b.layer} ({b.n_heads} heads, "
+                f"{b.n_kv_heads} kv heads, head_dim {b.head_dim}, hidden {b.hidden}, "
+                f"{layout.n_layers} layers) needs about {size_text(need)}, more than the memory "
+                f"budget of {size_text(budget)} (set {BUDGET_ENV} to allow more)"
+            )
 
 
 def _has_every_series(values: dict, layout: Layout) -> bool:
@@ -487,12 +514,20 @@ def _finite(*ts) -> bool:
 
 
 def _same_shapes(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(x is None and y is None or (x is not None and y is not None and x.shape == y.shape)
-                                    for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        x is None and y is None or (x is not None and y is not None and x.shape == y.shape)
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _overflow(step: int, layer: int, tensors, count: int) -> dict:
-    return {"kind": "overflow", "step": step, "layer": layer, "tensors": list(tensors), "nonfinite": int(count)}
+    return {
+        "kind": "overflow",
+        "step": step,
+        "layer": layer,
+        "tensors": list(tensors),
+        "nonfinite": int(count),
+    }
 
 
 def run_analysis(
@@ -558,7 +593,8 @@ def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, file
     evidence folder (the run first, then a ``--baseline`` run).  None entries are ignored.  Paths are
     compared resolved, so a symlink into the run is refused too."""
     written: list[tuple[Path | None, Path]] = (
-        [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)])
+        [] if out_dir is None else [(out_dir, out_dir / e) for e in ("", *OUTPUT_ENTRIES)]
+    )
     written += [(None, Path(f)) for f in files if f is not None]
     for i, folder in enumerate(Path(e) for e in evidence if e is not None):
         inside = folder.resolve()
@@ -569,7 +605,8 @@ def check_outputs(evidence: list[Path | None], out_dir: Path | None = None, file
             what = f"output {path}" if out is None else f"output folder {out}"
             what += f" (its {path.name})" if out is not None and path != out else ""
             whose = "the run directory" if i == 0 else "the baseline run"
-            raise UsageError(f"{what} is inside {whose} {folder}: ckptscan never writes there; choose "
-                             f"another location")
+            raise UsageError(
+                f"{what} is inside {whose} {folder}: ckptscan never writes there; choose another location"
+            )
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output path {out_dir} exists and is not a folder")

@@ -9,9 +9,14 @@ from ckptscan.pipeline.analyzer import Options, checkpoint_config
 from ckptscan.readers import open_checkpoint
 
 
-def describe_checkpoint(path: Path, layout_file: Path | None = None, trust_pickle: bool = False,
-                        all_tensors: bool = False, config_file: Path | None = None,
-                        model_overrides: dict | None = None) -> dict:
+def describe_checkpoint(
+    path: Path,
+    layout_file: Path | None = None,
+    trust_pickle: bool = False,
+    all_tensors: bool = False,
+    config_file: Path | None = None,
+    model_overrides: dict | None = None,
+) -> dict:
     path = Path(path)
     run_dir = path.parent if path.is_dir() else path.parent.parent
     opt = Options(config_file=config_file, model_overrides=model_overrides or {})
@@ -29,6 +34,8 @@ def describe_checkpoint(path: Path, layout_file: Path | None = None, trust_pickl
             "layout": layout.describe(),
         }
         if all_tensors:
-            out["tensors"] = [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "file": i.file}
-                              for i in sorted(infos.values(), key=lambda i: i.name)]
+            out["tensors"] = [
+                {"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "file": i.file}
+                for i in sorted(infos.values(), key=lambda i: i.name)
+            ]
     return out

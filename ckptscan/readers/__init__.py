@@ -52,8 +52,10 @@ NON_MODEL = (
     "rng_state*", "random_states*", "scaler*", "training_args*", "trainer_state*",
 )  # fmt: skip
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
-LOOKED_FOR = ("*.safetensors[.index.json], .metadata/*.distcp (DCP), pytorch_model*.bin[.index.json], *.pt, *.pth, "
-              "*.ckpt, DeepSpeed ZeRO-3 rank files")
+LOOKED_FOR = (
+    "*.safetensors[.index.json], .metadata/*.distcp (DCP), pytorch_model*.bin[.index.json], *.pt, *.pth, "
+    "*.ckpt, DeepSpeed ZeRO-3 rank files"
+)
 WEIGHT_SUBDIRS = ("model_and_optim", "weights")  # OLMo-core, NeMo 2
 DEEPSPEED_TAG_FILE = "latest"  # names the global_stepN folder DeepSpeed saved last
 
@@ -71,7 +73,9 @@ class _Plan:
     def format(self) -> str:
         if self.kind == "st-files":
             return "safetensors" if len(self.files) == 1 else "safetensors-sharded"
-        return {"st-index": "safetensors-sharded", "dcp": "dcp", "zero3": "deepspeed-zero3"}.get(self.kind, "torch")
+        return {"st-index": "safetensors-sharded", "dcp": "dcp", "zero3": "deepspeed-zero3"}.get(
+            self.kind, "torch"
+        )
 
 
 def _is_model_file(name: str) -> bool:
@@ -242,8 +246,11 @@ def _check_complete(plan: _Plan) -> None:
     elif plan.kind == "zero3":
         models, optims = rank_files(plan.path, MODEL_STATES), rank_files(plan.path, OPTIM_STATES)
         if len(optims) != len(models):
-            raise FormatError(f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
-                              f"{len(optims)} optimizer-state files", plan.path)
+            raise FormatError(
+                f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
+                f"{len(optims)} optimizer-state files",
+                plan.path,
+            )
         for f in models + optims:
             if file_size(f) == 0:
                 raise FormatError("file is empty (0 bytes): truncated or interrupted save", f)

@@ -57,8 +57,11 @@ def file_stat(path: Path) -> tuple[int, int]:
 def check_unchanged(path: Path, before: tuple[int, int]) -> None:
     """FormatError when ``path`` is no longer the file whose ``file_stat`` was ``before``."""
     if file_stat(path) != before:
-        raise FormatError("file changed while it was being read (its size or mtime differ from when it was "
-                          "opened): re-saved in place?", path)
+        raise FormatError(
+            "file changed while it was being read (its size or mtime differ from when it was "
+            "opened): re-saved in place?",
+            path,
+        )
 
 
 def backed(t: torch.Tensor, name: str, path: Path) -> torch.Tensor:

@@ -105,8 +105,11 @@ def load_metadata(folder: Path) -> object:
 
 def _ints(v: object, n: int | None = None) -> bool:
     """A sequence of non-negative ints (of length ``n`` when given)."""
-    return (isinstance(v, (tuple, list)) and (n is None or len(v) == n)
-            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v))
+    return (
+        isinstance(v, (tuple, list))
+        and (n is None or len(v) == n)
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+    )
 
 
 def _check_types(meta: object, dcp_meta: ModuleType, path: Path) -> None:
@@ -114,30 +117,41 @@ def _check_types(meta: object, dcp_meta: ModuleType, path: Path) -> None:
     any value in its fields (``chunks=None``, a string size), which would fail far from here."""
     for fqn, md in meta.state_dict_metadata.items():
         if isinstance(md, dcp_meta.TensorStorageMetadata) and not _tensor_ok(fqn, md):
-            raise FormatError(f"DCP metadata of tensor {str(fqn)[:80]!r} has fields of the wrong type or "
-                              f"rank (size, dtype, chunks offsets/sizes)", path)
+            raise FormatError(
+                f"DCP metadata of tensor {str(fqn)[:80]!r} has fields of the wrong type or "
+                f"rank (size, dtype, chunks offsets/sizes)",
+                path,
+            )
     for idx, info in meta.storage_data.items():
         if not _storage_ok(idx, info):
-            raise FormatError(f"DCP storage entry {str(getattr(idx, 'fqn', idx))[:80]!r} has fields of the "
-                              f"wrong type (fqn, offset, relative_path, byte offset and length)", path)
+            raise FormatError(
+                f"DCP storage entry {str(getattr(idx, 'fqn', idx))[:80]!r} has fields of the "
+                f"wrong type (fqn, offset, relative_path, byte offset and length)",
+                path,
+            )
 
 
 def _tensor_ok(fqn: object, md: object) -> bool:
     size, chunks = getattr(md, "size", None), getattr(md, "chunks", None)
     dtype = getattr(getattr(md, "properties", None), "dtype", None)
-    if not (isinstance(fqn, str) and _ints(size) and isinstance(chunks, list)
-            and isinstance(dtype, torch.dtype)):
+    if not (
+        isinstance(fqn, str) and _ints(size) and isinstance(chunks, list) and isinstance(dtype, torch.dtype)
+    ):
         return False
     rank = len(size)
-    return all(_ints(getattr(c, "offsets", None), rank) and _ints(getattr(c, "sizes", None), rank)
-               for c in chunks)
+    return all(
+        _ints(getattr(c, "offsets", None), rank) and _ints(getattr(c, "sizes", None), rank) for c in chunks
+    )
 
 
 def _storage_ok(idx: object, info: object) -> bool:
     offset = getattr(idx, "offset", None)
-    return (isinstance(getattr(idx, "fqn", None), str) and (offset is None or _ints(offset))
-            and isinstance(getattr(info, "relative_path", None), str)
-            and _ints([getattr(info, "offset", None), getattr(info, "length", None)]))
+    return (
+        isinstance(getattr(idx, "fqn", None), str)
+        and (offset is None or _ints(offset))
+        and isinstance(getattr(info, "relative_path", None), str)
+        and _ints([getattr(info, "offset", None), getattr(info, "length", None)])
+    )
 
 
 class DcpSource:
@@ -193,7 +207,7 @@ class DcpSource:
         full = torch.empty(size, dtype=dtype)
         for chunk in md.chunks:
             offs, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
-            where = tuple(slice(o, o + s) for o, s in zip(offs, sizes))
+            where = tuple(slice(o, o + s) for o, s in zip(offs, sizes, strict=False))
             full[where] = self._load_chunk(name, chunk, sizes, dtype)
         return full
 
@@ -204,7 +218,7 @@ class DcpSource:
         itemsize = torch.empty((), dtype=dtype).element_size()
         for chunk in md.chunks:
             offs, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
-            if any(o + s > d for o, s, d in zip(offs, sizes, size)):
+            if any(o + s > d for o, s, d in zip(offs, sizes, size, strict=False)):
                 raise FormatError(
                     f"tensor {name!r}: chunk {list(offs)}+{list(sizes)} lies outside {list(size)}",
                     self._meta_path,
@@ -212,8 +226,11 @@ class DcpSource:
             n = math.prod(sizes)
             stored = self._storage_info(name, chunk).length
             if n * itemsize > stored:
-                raise FormatError(f"tensor {name!r}: chunk {list(offs)} of {n} elements is stored in "
-                                  f"{stored} bytes, fewer than its {n * itemsize}", self._meta_path)
+                raise FormatError(
+                    f"tensor {name!r}: chunk {list(offs)} of {n} elements is stored in "
+                    f"{stored} bytes, fewer than its {n * itemsize}",
+                    self._meta_path,
+                )
             covered += n
         if covered != math.prod(size):
             raise FormatError(

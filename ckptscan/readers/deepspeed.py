@@ -67,7 +67,9 @@ def rank_files(folder: Path, pattern: str) -> list[Path]:
     """The files of one kind, by data-parallel rank; several model-parallel ranks are refused."""
     files = [p for p in folder.glob(pattern) if _RANK.match(p.name)]
     if len({_RANK.match(p.name).group(2) for p in files}) > 1:
-        raise FormatError("ZeRO-3 checkpoint with several model-parallel ranks (mp_rank_*): not supported", folder)
+        raise FormatError(
+            "ZeRO-3 checkpoint with several model-parallel ranks (mp_rank_*): not supported", folder
+        )
     return sorted(files, key=lambda p: int(_RANK.match(p.name).group(1)))
 
 
@@ -83,8 +85,11 @@ def _shape(name: object, shape: object, path: Path) -> tuple[int, ...]:
     """A ``param_shapes`` entry as a tuple of non-negative ints, else FormatError."""
     dims = list(shape) if isinstance(shape, (list, tuple, torch.Size)) else None
     if dims is None or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in dims):
-        raise FormatError(f"param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:80]}: not a list of "
-                          f"non-negative integers", path)
+        raise FormatError(
+            f"param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:80]}: not a list of "
+            f"non-negative integers",
+            path,
+        )
     return tuple(dims)
 
 
@@ -96,8 +101,11 @@ class ZeroSource:
         self.format = "deepspeed-zero3"
         models, self._optims = rank_files(folder, MODEL_STATES), rank_files(folder, OPTIM_STATES)
         if not models or len(self._optims) != len(models):
-            raise FormatError(f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
-                              f"{len(self._optims)} optimizer-state files", folder)
+            raise FormatError(
+                f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
+                f"{len(self._optims)} optimizer-state files",
+                folder,
+            )
         groups = _get(load_zero_file(models[0]), "param_shapes", path=models[0])
         if isinstance(groups, Mapping):
             groups = [groups]
@@ -117,7 +125,10 @@ class ZeroSource:
 
     def infos(self) -> dict[str, TensorInfo]:
         file = rel_name(self.path, self._optims[0])
-        return {n: TensorInfo(n, shape, dtype_name(torch.float32), file) for n, (shape, _, _) in self._where.items()}
+        return {
+            n: TensorInfo(n, shape, dtype_name(torch.float32), file)
+            for n, (shape, _, _) in self._where.items()
+        }
 
     def _partitions(self, rank: int) -> list[torch.Tensor]:
         if rank not in self._flat:
@@ -134,12 +145,15 @@ class ZeroSource:
         for t in self._partitions(rank):
             lo, hi = max(offset, start), min(offset + n, start + t.numel())
             if lo < hi:
-                pieces.append(t.reshape(-1)[lo - start:hi - start])
+                pieces.append(t.reshape(-1)[lo - start : hi - start])
             start += t.numel()
         got = sum(p.numel() for p in pieces)
         if got != n:
-            raise FormatError(f"fp32 partition holds {start} elements, param_shapes need more "
-                              f"(elements {offset}..{offset + n})", self._optims[rank])
+            raise FormatError(
+                f"fp32 partition holds {start} elements, param_shapes need more "
+                f"(elements {offset}..{offset + n})",
+                self._optims[rank],
+            )
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
     def read(self, name: str) -> torch.Tensor:

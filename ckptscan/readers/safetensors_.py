@@ -197,8 +197,11 @@ class SafetensorsFile:
             except OSError as err:
                 raise os_error(self.path, err) from err
         if got < len(view) or stat != self._stat:
-            raise FormatError("file changed while it was being read (its size or mtime differ from when its "
-                              "header was read): re-saved in place?", self.path)
+            raise FormatError(
+                "file changed while it was being read (its size or mtime differ from when its "
+                "header was read): re-saved in place?",
+                self.path,
+            )
 
     def _open(self) -> BinaryIO:
         if self._file is None:

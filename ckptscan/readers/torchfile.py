@@ -143,8 +143,9 @@ def _flatten(obj: Mapping, path: Path) -> dict[str, torch.Tensor]:
                 out[name] = value
             elif isinstance(value, Mapping):
                 if len(stack) >= MAX_NESTING:
-                    raise FormatError(f"state dict nests deeper than {MAX_NESTING} levels (at {name[:80]!r})",
-                                      path)
+                    raise FormatError(
+                        f"state dict nests deeper than {MAX_NESTING} levels (at {name[:80]!r})", path
+                    )
                 stack.append((name + ".", iter(value.items())))
                 break
         else:

@@ -75,11 +75,15 @@ def _visit(name: str, obj, budget: int, external: list[str], problems: list[str]
     for ext_name, _offset, _size in obj.external or ():
         external.append(os.fsdecode(ext_name))
     if declared > budget:
-        problems.append(f"dataset {name!r} declares {declared} bytes (shape {list(obj.shape)}), more than "
-                        f"the memory budget of {budget} bytes")
+        problems.append(
+            f"dataset {name!r} declares {declared} bytes (shape {list(obj.shape)}), more than "
+            f"the memory budget of {budget} bytes"
+        )
     elif not obj.id.get_create_plist().get_nfilters() and not obj.external and declared > stored:
-        problems.append(f"dataset {name!r} declares {declared} bytes (shape {list(obj.shape)}) but stores "
-                        f"{stored}: unwritten or crafted")
+        problems.append(
+            f"dataset {name!r} declares {declared} bytes (shape {list(obj.shape)}) but stores "
+            f"{stored}: unwritten or crafted"
+        )
     else:
         _read_through(obj)
 
@@ -92,7 +96,7 @@ def _read_through(ds) -> None:
     row = max(1, ds.size // ds.shape[0] * ds.dtype.itemsize)
     step = max(1, SLICE_BYTES // row)
     for start in range(0, ds.shape[0], step):
-        ds[start:start + step]
+        ds[start : start + step]
 
 
 def _attrs(obj) -> None:
@@ -169,8 +173,11 @@ class ReplayChecker:
             line = self._answers.get(timeout=self.timeout)
         except queue.Empty:
             self.close()
-            raise ReplayError(f"reading it did not finish within {self.timeout:g} s (a damaged HDF5 file can "
-                              f"make the library loop; the limit is {TIMEOUT_ENV})", path) from None
+            raise ReplayError(
+                f"reading it did not finish within {self.timeout:g} s (a damaged HDF5 file can "
+                f"make the library loop; the limit is {TIMEOUT_ENV})",
+                path,
+            ) from None
         except OSError as err:  # the worker died (killed from outside, out of memory)
             self.close()
             raise ReplayError(f"the worker reading it failed ({err.strerror or err})", path) from None
@@ -188,8 +195,13 @@ class ReplayChecker:
             env = dict(os.environ)
             here = str(Path(__file__).resolve().parents[2])  # ckptscan importable as it is here
             env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
-            self._proc = subprocess.Popen([sys.executable, "-m", "ckptscan.replay.check"], env=env, text=True,
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "ckptscan.replay.check"],
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
             self._answers = queue.Queue()
             threading.Thread(target=_pump, args=(self._proc.stdout, self._answers), daemon=True).start()
         return self._proc

@@ -164,12 +164,14 @@ class ReplayFile:
         if n_layers is not None:
             for i in range(n_layers):
                 if not self.has(i, "attn_in"):
-                    raise ReplayError(f"dataset 'layers/{i}/attn_in' is missing (model has {n_layers} layers)",
-                                      self.path)
+                    raise ReplayError(
+                        f"dataset 'layers/{i}/attn_in' is missing (model has {n_layers} layers)", self.path
+                    )
         for i in router_layers:
             if not (self.has(i, "router_in") or self.has(i, "router_logits")):
-                raise ReplayError(f"dataset 'layers/{i}/router_in' is missing (layer {i} is an MoE layer)",
-                                  self.path)
+                raise ReplayError(
+                    f"dataset 'layers/{i}/router_in' is missing (layer {i} is an MoE layer)", self.path
+                )
         for i in self._layers:
             for name in ACTIVATIONS:
                 if self.has(i, name):
@@ -187,14 +189,19 @@ class ReplayFile:
             return False
         ref = np.asarray(reference_ids.cpu() if isinstance(reference_ids, torch.Tensor) else reference_ids)
         if ref.shape != mine.shape:
-            raise ReplayError(f"dataset 'input_ids' has shape {list(mine.shape)}, the reference replay batch "
-                              f"has {list(ref.shape)}: not the same tokens", self.path)
+            raise ReplayError(
+                f"dataset 'input_ids' has shape {list(mine.shape)}, the reference replay batch "
+                f"has {list(ref.shape)}: not the same tokens",
+                self.path,
+            )
         diff = np.argwhere(mine != ref.astype(np.int64))
         if diff.size:
             b, t = diff[0]
-            raise ReplayError(f"dataset 'input_ids' differs from the reference replay batch ({len(diff)} tokens, "
-                              f"first at sequence {b}, position {t}): every checkpoint must replay the same tokens",
-                              self.path)
+            raise ReplayError(
+                f"dataset 'input_ids' differs from the reference replay batch ({len(diff)} tokens, "
+                f"first at sequence {b}, position {t}): every checkpoint must replay the same tokens",
+                self.path,
+            )
         return True
 
     # -- internals ---------------------------------------------------------------------------------
@@ -213,24 +220,37 @@ class ReplayFile:
         tag = _attr_text(ds.attrs.get("dtype"))
         if isinstance(tag, str) and tag == "bfloat16":
             if ds.dtype != np.uint16:
-                raise ReplayError(f"dataset '{where}' is tagged bfloat16 but stored as {ds.dtype}, not uint16",
-                                  self.path)
+                raise ReplayError(
+                    f"dataset '{where}' is tagged bfloat16 but stored as {ds.dtype}, not uint16", self.path
+                )
         elif ds.dtype.kind != "f":
-            raise ReplayError(f"dataset '{where}' has dtype {ds.dtype}; expected a float dtype "
-                              f"(or uint16 with attribute dtype='bfloat16')", self.path)
+            raise ReplayError(
+                f"dataset '{where}' has dtype {ds.dtype}; expected a float dtype "
+                f"(or uint16 with attribute dtype='bfloat16')",
+                self.path,
+            )
         if ds.ndim != 3:
-            raise ReplayError(f"dataset '{where}' has shape {list(ds.shape)}; expected [B, T, "
-                              f"{'E' if name == 'router_logits' else 'd'}]", self.path)
+            raise ReplayError(
+                f"dataset '{where}' has shape {list(ds.shape)}; expected [B, T, "
+                f"{'E' if name == 'router_logits' else 'd'}]",
+                self.path,
+            )
         b, t, last = (int(s) for s in ds.shape)
         if expected_last is not None and last != expected_last:
             what = "number of experts" if name == "router_logits" else "hidden size"
-            raise ReplayError(f"dataset '{where}' has shape {list(ds.shape)}: last dimension {last} is not the "
-                              f"model's {what} {expected_last}", self.path)
+            raise ReplayError(
+                f"dataset '{where}' has shape {list(ds.shape)}: last dimension {last} is not the "
+                f"model's {what} {expected_last}",
+                self.path,
+            )
         if self._bt is None:
             self._bt = (b, t)
         elif (b, t) != self._bt:
-            raise ReplayError(f"dataset '{where}' has shape {list(ds.shape)}: [B, T] differs from the file's "
-                              f"{list(self._bt)} (input_ids or another layer)", self.path)
+            raise ReplayError(
+                f"dataset '{where}' has shape {list(ds.shape)}: [B, T] differs from the file's "
+                f"{list(self._bt)} (input_ids or another layer)",
+                self.path,
+            )
         return ds
 
     def _activation(self, layer, name, expected_last, seqs, required) -> torch.Tensor | None:

@@ -16,8 +16,16 @@ import click
 from ckptscan.errors import printable_tree
 
 
-def emit(result, *, as_json: bool, quiet: bool, html_file: Path | None, junit_file: Path | None, console,
-         baseline=None) -> None:
+def emit(
+    result,
+    *,
+    as_json: bool,
+    quiet: bool,
+    html_file: Path | None,
+    junit_file: Path | None,
+    console,
+    baseline=None,
+) -> None:
     """Print the result (JSON or terminal report), write the requested files, and, under GitHub
     Actions, print annotations and append the job summary.  Files are written before anything that
     could be interrupted by a closed pipe, and each is announced on stderr unless ``quiet``.  Names

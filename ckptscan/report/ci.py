@@ -121,23 +121,36 @@ def junit_tree(result) -> ET.ElementTree:
         c = case(fam, f"{cls}.monitors")
         ev = by_family.get(fam, [])
         if fam == "numerics" and findings:
-            text = "\n".join(f"{f.get('kind')} at step {f.get('step')} layer {f.get('layer')}: {f.get('nonfinite')} "
-                             f"NaN/Inf values in {', '.join(map(str, f.get('tensors', [])))}" for f in findings)
-            ET.SubElement(c, "failure", message=f"{len(findings)} NaN/Inf findings", type="nonfinite").text = text
+            text = "\n".join(
+                f"{f.get('kind')} at step {f.get('step')} layer {f.get('layer')}: {f.get('nonfinite')} "
+                f"NaN/Inf values in {', '.join(map(str, f.get('tensors', [])))}"
+                for f in findings
+            )
+            ET.SubElement(
+                c, "failure", message=f"{len(findings)} NaN/Inf findings", type="nonfinite"
+            ).text = text
         elif ev and v["anomalous"]:
-            first = min((data.evidence_step(e) for e in ev if data.evidence_step(e) is not None), default=None)
-            ET.SubElement(c, "failure", message=f"{len(ev)} evidence items, first alarm at step {first}",
-                          type=str(v["fault_type"])).text = _evidence_text(ev)
+            first = min(
+                (data.evidence_step(e) for e in ev if data.evidence_step(e) is not None), default=None
+            )
+            ET.SubElement(
+                c,
+                "failure",
+                message=f"{len(ev)} evidence items, first alarm at step {first}",
+                type=str(v["fault_type"]),
+            ).text = _evidence_text(ev)
         ET.SubElement(c, "system-out").text = "monitors: " + ", ".join(members)
 
     c = case("inputs", cls)
     errors = [x for x in skipped if x.get("error", True)]
     if errors:
-        ET.SubElement(c, "error", message=f"{len(errors)} inputs could not be read", type="input-error").text = \
-            "\n".join(f"{x.get('path')}: {x.get('reason')}" for x in errors)
+        ET.SubElement(
+            c, "error", message=f"{len(errors)} inputs could not be read", type="input-error"
+        ).text = "\n".join(f"{x.get('path')}: {x.get('reason')}" for x in errors)
     ck = s.get("checkpoints") or {}
-    ET.SubElement(c, "system-out").text = (f"{ck.get('analyzed', 0)} checkpoints analysed, {len(skipped)} skipped; "
-                                           f"run {run}")
+    ET.SubElement(
+        c, "system-out"
+    ).text = f"{ck.get('analyzed', 0)} checkpoints analysed, {len(skipped)} skipped; run {run}"
     return _wrap(suite, cases, elapsed)
 
 
@@ -193,13 +206,22 @@ def github_annotations(result) -> list[str]:
         kind = "error" if x.get("error", True) else "notice"
         lines.append(_command(kind, "ckptscan: input skipped", f"{x.get('path')}: {x.get('reason')}"))
     if len(skipped) > MAX_ANNOTATIONS:
-        lines.append(_command("warning", "ckptscan: inputs skipped",
-                              f"{len(skipped) - MAX_ANNOTATIONS} more skipped inputs (see summary.json)"))
+        lines.append(
+            _command(
+                "warning",
+                "ckptscan: inputs skipped",
+                f"{len(skipped) - MAX_ANNOTATIONS} more skipped inputs (see summary.json)",
+            )
+        )
     return lines
 
 
-ANNOTATION_KIND = {data.ANOMALOUS: "error", data.INCONCLUSIVE: "warning", data.HEALTHY: "notice",
-                   data.NO_VERDICT: "error"}
+ANNOTATION_KIND = {
+    data.ANOMALOUS: "error",
+    data.INCONCLUSIVE: "warning",
+    data.HEALTHY: "notice",
+    data.NO_VERDICT: "error",
+}
 
 
 def step_summary_icon(o: data.Outcome) -> str:
@@ -220,22 +242,36 @@ def step_summary_markdown(result) -> str:
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
     o = data.outcome(s)
-    out = [f"## ckptscan: {step_summary_icon(o)} {o.state}", "", f"**{_md(verdict_message(s))}**", "",
-           "| | |", "|---|---|",
-           f"| run | `{_md(s.get('run'))}` |",
-           f"| fault class | {_md(v['fault_type'])} |",
-           f"| earliest anomalous step | {_md(v['earliest_step'])} |",
-           f"| loss divergence step | {_md(m['divergence_step'])} |",
-           f"| lead time over the loss (steps) | {_md(s.get('lead_time_steps'))} |",
-           f"| log-only detector alarm step | {_md(m['log_only_alarm_step'])} |",
-           f"| log-only detector lead time (steps) | {_md(s.get('log_only_lead_time_steps'))} |",
-           f"| checkpoints analysed / skipped | {ck.get('analyzed', 0)} / {len(skipped)} |", ""]
+    out = [
+        f"## ckptscan: {step_summary_icon(o)} {o.state}",
+        "",
+        f"**{_md(verdict_message(s))}**",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| run | `{_md(s.get('run'))}` |",
+        f"| fault class | {_md(v['fault_type'])} |",
+        f"| earliest anomalous step | {_md(v['earliest_step'])} |",
+        f"| loss divergence step | {_md(m['divergence_step'])} |",
+        f"| lead time over the loss (steps) | {_md(s.get('lead_time_steps'))} |",
+        f"| log-only detector alarm step | {_md(m['log_only_alarm_step'])} |",
+        f"| log-only detector lead time (steps) | {_md(s.get('log_only_lead_time_steps'))} |",
+        f"| checkpoints analysed / skipped | {ck.get('analyzed', 0)} / {len(skipped)} |",
+        "",
+    ]
     if v["evidence"]:
-        out += ["### Evidence", "", "| monitor | layer | head | first alarm step | score |", "|---|---|---|---|---|"]
+        out += [
+            "### Evidence",
+            "",
+            "| monitor | layer | head | first alarm step | score |",
+            "|---|---|---|---|---|",
+        ]
         for e in v["evidence"][:20]:
             sc = e.get("score")
-            out.append(f"| {_md(e.get('monitor'))} | {_md(e.get('layer'))} | {_md(e.get('head'))} | "
-                       f"{_md(data.evidence_step(e))} | {_md(f'{sc:.3g}' if isinstance(sc, (int, float)) else sc)} |")
+            out.append(
+                f"| {_md(e.get('monitor'))} | {_md(e.get('layer'))} | {_md(e.get('head'))} | "
+                f"{_md(data.evidence_step(e))} | {_md(f'{sc:.3g}' if isinstance(sc, (int, float)) else sc)} |"
+            )
         out.append("")
     if skipped:
         out += ["### Skipped inputs", ""]
@@ -286,8 +322,19 @@ def no_verdict_outputs(message: str, *, run: str, junit_file=None) -> list[str]:
     if os.environ.get("GITHUB_ACTIONS"):
         o = data.no_verdict(message)
         line = f"{o.state}: {o.text}"
-        md = "\n".join([f"## ckptscan: {step_summary_icon(o)} {o.state}", "", f"**{_md(line)}**", "",
-                        "| | |", "|---|---|", f"| run | `{_md(run)}` |", "", ""])
+        md = "\n".join(
+            [
+                f"## ckptscan: {step_summary_icon(o)} {o.state}",
+                "",
+                f"**{_md(line)}**",
+                "",
+                "| | |",
+                "|---|---|",
+                f"| run | `{_md(run)}` |",
+                "",
+                "",
+            ]
+        )
         annotation = _command(ANNOTATION_KIND[o.state], f"ckptscan: {o.state}", line)
         problems += _github([annotation], md, sys.stderr)
     return problems

@@ -16,8 +16,13 @@ import numpy as np
 from ckptscan.monitors import names as series_names
 
 # Shown when the verdict names no evidence (a healthy run): the monitors the notes call primary.
-DEFAULT_LEADING = ("attn.D2.entropy2", "attn.M.entropy2", "router.similarity", "act.attn.max_logit",
-                   "act.router.entropy_mean")
+DEFAULT_LEADING = (
+    "attn.D2.entropy2",
+    "attn.M.entropy2",
+    "router.similarity",
+    "act.attn.max_logit",
+    "act.router.entropy_mean",
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,8 @@ def _guess_family(name: str) -> str:
     for s in REGISTRY.values():
         b = split(s.name)[0]
         if (b == block or series_names.is_attention(name) and series_names.is_attention(s.name)) and (
-                sub is None or split(split(s.name)[1])[0] == sub):
+            sub is None or split(split(s.name)[1])[0] == sub
+        ):
             return s.family
     return "other"
 
@@ -106,8 +112,11 @@ def outcome(summary: dict) -> Outcome:
     skipped = (summary.get("checkpoints") or {}).get("skipped") or []
     unreadable = sum(1 for x in skipped if not isinstance(x, dict) or x.get("error", True))
     raw = summary.get("verdict")
-    if (not isinstance(raw, dict) or not isinstance(raw.get("anomalous"), bool)
-            or not (raw["anomalous"] or raw.get("fault_type"))):
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("anomalous"), bool)
+        or not (raw["anomalous"] or raw.get("fault_type"))
+    ):
         text = "the summary holds no verdict"
     else:
         v = verdict(summary)
@@ -148,7 +157,9 @@ def points_text(summary: dict) -> str:
     span = f", steps {steps[0]}-{steps[-1]}" if steps else ""
     if ck.get("source") == "in-loop":
         every = f" every {ck['every']} optimizer steps" if ck.get("every") else ""
-        return f"{ck.get('analyzed', 0)} points computed in the training loop{every} (no checkpoint read{span})"
+        return (
+            f"{ck.get('analyzed', 0)} points computed in the training loop{every} (no checkpoint read{span})"
+        )
     return f"{ck.get('analyzed', 0)} checkpoints analysed ({ck.get('reused', 0)} reused{span})"
 
 
@@ -170,8 +181,11 @@ def markers(summary: dict) -> dict[str, int | None]:
     """The steps every timeline marks: earliest anomaly, loss divergence, log-only alarm."""
     v = verdict(summary)
     loss = summary.get("loss") or {}
-    return {"earliest_step": v["earliest_step"], "divergence_step": loss.get("divergence_step"),
-            "log_only_alarm_step": loss.get("log_only_alarm_step")}
+    return {
+        "earliest_step": v["earliest_step"],
+        "divergence_step": loss.get("divergence_step"),
+        "log_only_alarm_step": loss.get("log_only_alarm_step"),
+    }
 
 
 def leading_monitors(summary: dict, names, k: int = 4) -> list[str]:
@@ -374,13 +388,18 @@ def loss_curve(summary: dict) -> Curve | None:
     try:
         if isinstance(pts, dict) and "steps" in pts and "loss" in pts:
             g = pts.get("grad_norm")
-            return Curve(np.asarray(pts["steps"]), _floats(pts["loss"]), None if g is None else _floats(g),
-                         "summary.json")
+            return Curve(
+                np.asarray(pts["steps"]),
+                _floats(pts["loss"]),
+                None if g is None else _floats(g),
+                "summary.json",
+            )
         if isinstance(pts, list) and pts and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in pts):
             return Curve(np.asarray([p[0] for p in pts]), _floats([p[1] for p in pts]), None, "summary.json")
     except (TypeError, ValueError):
         pass
     from ckptscan.judge import logs
+
     log_path = None
     for holder in (summary.get("log"), loss.get("log")):  # top-level "log" is where detection puts it
         if isinstance(holder, dict) and holder.get("path"):

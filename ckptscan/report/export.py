@@ -77,7 +77,9 @@ def _csv(result, path: Path) -> None:
                 steps, layer, head, values = _columns(tl, name)
                 heads = [""] * len(steps) if head is None else head.tolist()
                 vals = ["" if not np.isfinite(v) else f"{v:.7g}" for v in values.tolist()]
-                w.writerows(zip(steps.tolist(), [name] * len(steps), layer.tolist(), heads, vals))
+                w.writerows(
+                    zip(steps.tolist(), [name] * len(steps), layer.tolist(), heads, vals, strict=False)
+                )
 
     atomic_write(path, writer=write)
 
@@ -159,7 +161,7 @@ def _tensorboard(result, path: Path) -> None:
 
 
 def _scalars(writer, tag: str, steps: list[int], values) -> None:
-    for step, v in zip(steps, np.asarray(values, dtype=np.float64).tolist()):
+    for step, v in zip(steps, np.asarray(values, dtype=np.float64).tolist(), strict=False):
         if np.isfinite(v):
             writer.add_scalar(tag, v, global_step=step)
 

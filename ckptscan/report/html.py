@@ -42,8 +42,10 @@ DRILL_MONITORS = 4
 BASELINE_LAYERS = 4
 
 _HERE = Path(__file__).parent
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
-       "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
+    "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'"
+)
 
 
 # --- compact numeric JSON -----------------------------------------------------------------------
@@ -86,6 +88,7 @@ def to_json(obj) -> str:
         raise TypeError(type(o))
 
     text = json.dumps(obj, default=default, allow_nan=False, separators=(",", ":"))
+
     def fmt(m):
         arr = arrays[int(m.group(1))]
         return _fmt_array(arr.a, arr.digits)
@@ -108,8 +111,14 @@ def build_payload(result, baseline=None) -> dict:
     steps = np.asarray(tl.steps) if tl is not None else np.zeros(0, np.int64)
     names = tl.names() if tl is not None else []
     marks = data.markers(s)
-    payload: dict = {"markers": marks, "timelines": [], "families": [], "heads": [], "loss": None,
-                     "baseline": None}
+    payload: dict = {
+        "markers": marks,
+        "timelines": [],
+        "families": [],
+        "heads": [],
+        "loss": None,
+        "baseline": None,
+    }
 
     curve = data.loss_curve(s)
     if curve is not None:
@@ -144,17 +153,27 @@ def build_payload(result, baseline=None) -> dict:
                 continue
             x, y = data.downsample_xy(steps, arr[:, lay, head], per_trace)
             traces.append({"layer": lay, "head": head, "x": _Arr(x), "y": _Arr(y), "emph": True})
-        payload["timelines"].append({
-            "monitor": name, "description": info.description, "direction": info.direction,
-            "reduce": _reduce_label(info), "traces": traces, "alarms": alarms[:50],
-        })
+        payload["timelines"].append(
+            {
+                "monitor": name,
+                "description": info.description,
+                "direction": info.direction,
+                "reduce": _reduce_label(info),
+                "traces": traces,
+                "alarms": alarms[:50],
+            }
+        )
 
     for fam, members in data.families(names).items():
-        payload["families"].append({"family": fam,
-                                    "monitors": [_heatmap(s, tl, name, steps) for name in members]})
+        payload["families"].append(
+            {"family": fam, "monitors": [_heatmap(s, tl, name, steps) for name in members]}
+        )
 
-    drill = [n for n in data.leading_monitors(s, names, k=len(names))
-             if data.monitor_info(n).family in ("attention", "act_attention") and tl.get(n).shape[2] > 1]
+    drill = [
+        n
+        for n in data.leading_monitors(s, names, k=len(names))
+        if data.monitor_info(n).family in ("attention", "act_attention") and tl.get(n).shape[2] > 1
+    ]
     for name in drill[:DRILL_MONITORS]:
         info = data.monitor_info(name)
         arr = tl.get(name)  # [N, L, H]
@@ -165,8 +184,15 @@ def build_payload(result, baseline=None) -> dict:
         for layer in range(n_layers):
             xs, red = data.reduce_columns(arr[:, layer, :].T, steps, cols, info.direction)
             layers.append(_Arr(red))
-        payload["heads"].append({"monitor": name, "description": info.description, "x": _Arr(xs),
-                                 "layers": layers, "scale": _scale(arr)})
+        payload["heads"].append(
+            {
+                "monitor": name,
+                "description": info.description,
+                "x": _Arr(xs),
+                "layers": layers,
+                "scale": _scale(arr),
+            }
+        )
 
     payload["baseline"] = _baseline_view(s, tl, baseline if baseline is not None else _reference_run(s))
     return payload
@@ -187,9 +213,17 @@ def _heatmap(s: dict, tl, name: str, steps: np.ndarray) -> dict:
     else:
         dev = np.where(np.isfinite(red), data.deviation(red, info.direction), np.nan)
         dev_label = "sigmas from early level"
-    return {"monitor": name, "description": info.description, "direction": info.direction,
-            "reduce": _reduce_label(info), "x": _Arr(xs), "z": _Arr(red), "scale": _scale(red),
-            "dev": _Arr(dev, digits=2), "dev_label": dev_label}
+    return {
+        "monitor": name,
+        "description": info.description,
+        "direction": info.direction,
+        "reduce": _reduce_label(info),
+        "x": _Arr(xs),
+        "z": _Arr(red),
+        "scale": _scale(red),
+        "dev": _Arr(dev, digits=2),
+        "dev_label": dev_label,
+    }
 
 
 def _scale(values: np.ndarray) -> dict:
@@ -244,10 +278,12 @@ def _baseline_view(s: dict, tl, baseline) -> dict | None:
         for layer in layers[:BASELINE_LAYERS]:
             x, y = data.downsample_xy(steps, mat[layer], MAX_SERIES_POINTS)
             bx, by = data.downsample_xy(bsteps, bmat[layer], MAX_SERIES_POINTS)
-            traces.append({"layer": layer, "run": {"x": _Arr(x), "y": _Arr(y)},
-                           "base": {"x": _Arr(bx), "y": _Arr(by)}})
-        monitors.append({"monitor": name, "reduce": _reduce_label(info), "direction": info.direction,
-                         "traces": traces})
+            traces.append(
+                {"layer": layer, "run": {"x": _Arr(x), "y": _Arr(y)}, "base": {"x": _Arr(bx), "y": _Arr(by)}}
+            )
+        monitors.append(
+            {"monitor": name, "reduce": _reduce_label(info), "direction": info.direction, "traces": traces}
+        )
     return {"label": label, "monitors": monitors} if monitors else None
 
 
@@ -271,8 +307,10 @@ def _verdict_html(s: dict) -> str:
     v = data.verdict(s)
     m = data.markers(s)
     o = data.outcome(s)
-    head = (f'<div class="verdict {STATE_CLASS[o.state]}" data-state="{_e(o.state)}">'
-            f'<span class="tag">{_e(o.label)}</span> {_e(o.text)}</div>')
+    head = (
+        f'<div class="verdict {STATE_CLASS[o.state]}" data-state="{_e(o.state)}">'
+        f'<span class="tag">{_e(o.label)}</span> {_e(o.text)}</div>'
+    )
     facts = [
         ("loss divergence step", m["divergence_step"]),
         ("lead time over the loss (steps)", s.get("lead_time_steps")),
@@ -283,14 +321,21 @@ def _verdict_html(s: dict) -> str:
     rows = "".join(
         f"<tr><td>{_e(e.get('monitor'))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
         f"<td>{_e(data.evidence_step(e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
-        for e in v["evidence"][:50])
-    ev = ("<div class='scroll'><table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th>"
-          f"<th>first alarm step</th><th>score</th></tr></thead><tbody>{rows}</tbody></table></div>"
-          ) if rows else "<p class='muted'>no evidence items</p>"
+        for e in v["evidence"][:50]
+    )
+    ev = (
+        (
+            "<div class='scroll'><table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th>"
+            f"<th>first alarm step</th><th>score</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        )
+        if rows
+        else "<p class='muted'>no evidence items</p>"
+    )
     findings = "".join(
         f"<li>{_e(f.get('kind'))} at step {_e(f.get('step'))} layer {_e(f.get('layer'))}: "
         f"{_e(f.get('nonfinite'))} NaN/Inf values in {_e(', '.join(map(str, f.get('tensors', []))))}</li>"
-        for f in (s.get("findings") or [])[:50])
+        for f in (s.get("findings") or [])[:50]
+    )
     findings = f"<h3>findings</h3><ul>{findings}</ul>" if findings else ""
     reason = f"<p>{_e(v['reason'])}</p>" if v.get("reason") and o.state != data.INCONCLUSIVE else ""
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
@@ -312,22 +357,41 @@ def _inputs_html(result) -> str:
     skipped = ck.get("skipped") or []
     log = s.get("log") or (s.get("loss") or {}).get("log")
     rows = [
-        ("run", s.get("run")), ("output folder", s.get("out")),
+        ("run", s.get("run")),
+        ("output folder", s.get("out")),
         ("layout", f"{lay.get('family', '?')}" + (f" ({cfg_s})" if cfg_s else "")),
-        ("attention blocks / routers", f"{len(lay.get('attention') or [])} / {len(lay.get('routers') or [])}"),
+        (
+            "attention blocks / routers",
+            f"{len(lay.get('attention') or [])} / {len(lay.get('routers') or [])}",
+        ),
         ("points", data.points_text(s)),
         ("checkpoints skipped", len(skipped)),
         ("training log", log.get("path") if isinstance(log, dict) else None),
-        ("device", s.get("device")), ("analysis", _timing(s)),
+        ("device", s.get("device")),
+        ("analysis", _timing(s)),
         ("command", " ".join(map(str, s.get("command") or []))),
-        ("versions", (f"analysed by ckptscan {s.get('ckptscan_version', '?')}; report by ckptscan {__version__}, "
-                      f"plotly.js {_plotly_version()}; schema {s.get('schema', '?')}")),
+        (
+            "versions",
+            (
+                f"analysed by ckptscan {s.get('ckptscan_version', '?')}; report by ckptscan {__version__}, "
+                f"plotly.js {_plotly_version()}; schema {s.get('schema', '?')}"
+            ),
+        ),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
-    sk = "".join(f"<tr><td>{_e(x.get('path'))}</td><td>{_e(x.get('reason'))}</td>"
-                 f"<td>{'error' if x.get('error', True) else 'expected'}</td></tr>" for x in skipped[:500])
-    sk_html = (f"<h3>skipped inputs</h3><div class='scroll'><table class='ev'><thead><tr><th>path</th>"
-               f"<th>reason</th><th>kind</th></tr></thead><tbody>{sk}</tbody></table></div>") if sk else ""
+    sk = "".join(
+        f"<tr><td>{_e(x.get('path'))}</td><td>{_e(x.get('reason'))}</td>"
+        f"<td>{'error' if x.get('error', True) else 'expected'}</td></tr>"
+        for x in skipped[:500]
+    )
+    sk_html = (
+        (
+            f"<h3>skipped inputs</h3><div class='scroll'><table class='ev'><thead><tr><th>path</th>"
+            f"<th>reason</th><th>kind</th></tr></thead><tbody>{sk}</tbody></table></div>"
+        )
+        if sk
+        else ""
+    )
     notes = lay.get("notes") or []
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     notes_html = f"<h3>layout notes</h3><ul>{notes_html}</ul>" if notes_html else ""
@@ -384,7 +448,9 @@ def render_html(result, baseline=None) -> str:
         "APP": app,
     }
     # one pass, so that nothing inserted is scanned for placeholders again
-    return re.sub(r"@@(CSP|TITLE|RUN|VERDICT|INPUTS|DATA|PLOTLY|APP)@@", lambda m: parts[m.group(1)], template)
+    return re.sub(
+        r"@@(CSP|TITLE|RUN|VERDICT|INPUTS|DATA|PLOTLY|APP)@@", lambda m: parts[m.group(1)], template
+    )
 
 
 def write_html(result, path: str | Path, baseline=None) -> Path:

@@ -15,8 +15,20 @@ from pathlib import Path
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 _ANNOTATIONS = {"$schema", "$id", "$defs", "$comment", "title", "description", "default", "examples"}
-_KNOWN = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "minimum",
-          "maximum", "minItems", "anyOf", "$ref"} | _ANNOTATIONS
+_KNOWN = {
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minimum",
+    "maximum",
+    "minItems",
+    "anyOf",
+    "$ref",
+} | _ANNOTATIONS
 
 
 @lru_cache(maxsize=1)
@@ -63,7 +75,7 @@ def _check(x, sch, root, path, errors) -> None:
         ref = sch["$ref"]
         if not ref.startswith("#/$defs/"):
             raise ValueError(f"unsupported $ref {ref!r}")
-        _check(x, root["$defs"][ref[len("#/$defs/"):]], root, path, errors)
+        _check(x, root["$defs"][ref[len("#/$defs/") :]], root, path, errors)
     if "type" in sch:
         types = sch["type"] if isinstance(sch["type"], list) else [sch["type"]]
         if not any(_is_type(x, t) for t in types):

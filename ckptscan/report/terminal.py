@@ -34,8 +34,12 @@ def _fmt_score(x):
         return str(x)
 
 
-STATE_STYLE = {data.ANOMALOUS: "bold red", data.INCONCLUSIVE: "bold yellow", data.HEALTHY: "bold green",
-               data.NO_VERDICT: "bold magenta"}
+STATE_STYLE = {
+    data.ANOMALOUS: "bold red",
+    data.INCONCLUSIVE: "bold yellow",
+    data.HEALTHY: "bold green",
+    data.NO_VERDICT: "bold magenta",
+}
 
 
 def verdict_line(summary: dict) -> str:
@@ -65,8 +69,10 @@ def print_result(result, console, quiet: bool = False) -> None:
         console.print(f"why: {escape(str(reason))}")
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
-    console.print(f"run {escape(str(s.get('run', '?')))}  |  layout "
-                  f"{escape(str((s.get('layout') or {}).get('family', '?')))}")
+    console.print(
+        f"run {escape(str(s.get('run', '?')))}  |  layout "
+        f"{escape(str((s.get('layout') or {}).get('family', '?')))}"
+    )
     console.print(f"{escape(data.points_text(s))}, {len(skipped)} skipped")
     for note in ck.get("notes") or []:
         console.print(f"note: {escape(str(note))}")
@@ -77,9 +83,11 @@ def print_result(result, console, quiet: bool = False) -> None:
     _evidence_table(s, console)
     _heat_strips(result, console)
     for f in (s.get("findings") or [])[:10]:
-        console.print(f"[red]finding[/]: {escape(str(f.get('kind', '?')))} at step {f.get('step')} layer "
-                      f"{f.get('layer')}: {f.get('nonfinite', '?')} NaN/Inf values in "
-                      f"{escape(', '.join(map(str, f.get('tensors', []))))}")
+        console.print(
+            f"[red]finding[/]: {escape(str(f.get('kind', '?')))} at step {f.get('step')} layer "
+            f"{f.get('layer')}: {f.get('nonfinite', '?')} NaN/Inf values in "
+            f"{escape(', '.join(map(str, f.get('tensors', []))))}"
+        )
     if skipped:
         console.print(f"[yellow]skipped ({len(skipped)})[/]:")
         for sk in skipped[:20]:
@@ -98,8 +106,13 @@ def _evidence_table(s: dict, console) -> None:
     for col in ("monitor", "layer", "head", "first alarm step", "score"):
         t.add_column(col, justify="left" if col == "monitor" else "right")
     for e in ev[:15]:
-        t.add_row(escape(str(e.get("monitor", ""))), _fmt_step(e.get("layer")), _fmt_step(e.get("head")),
-                  _fmt_step(data.evidence_step(e)), _fmt_score(e.get("score")))
+        t.add_row(
+            escape(str(e.get("monitor", ""))),
+            _fmt_step(e.get("layer")),
+            _fmt_step(e.get("head")),
+            _fmt_step(data.evidence_step(e)),
+            _fmt_score(e.get("score")),
+        )
     console.print(t)
     if len(ev) > 15:
         console.print(f"  ... and {len(ev) - 15} more evidence items (see summary.json)")
@@ -124,10 +137,15 @@ def _heat_strips(result, console) -> None:
     leading = data.leading_monitors(s, tl.names(), k=STRIP_MONITORS)
     if not leading:
         return
-    console.print(Text(f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
-                       f"early baseline in the anomalous direction (trending series: the detector's score "
-                       f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red: from the "
-                       f"layer's first alarm on, yellow: >= {WARN_LEVEL} before it", style="dim"))
+    console.print(
+        Text(
+            f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
+            f"early baseline in the anomalous direction (trending series: the detector's score "
+            f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red: from the "
+            f"layer's first alarm on, yellow: >= {WARN_LEVEL} before it",
+            style="dim",
+        )
+    )
     xs = steps
     shown: set[str] = set()
     for name in leading:
@@ -136,7 +154,9 @@ def _heat_strips(result, console) -> None:
         xs, red = data.reduce_columns(mat, steps, cols, info.direction)
         scores = data.detector_scores(s, tl, name)
         if scores is not None:
-            _, dev = data.reduce_columns(np.clip(np.nan_to_num(scores, nan=0.0), 0.0, None), steps, cols, "up")
+            _, dev = data.reduce_columns(
+                np.clip(np.nan_to_num(scores, nan=0.0), 0.0, None), steps, cols, "up"
+            )
         else:
             dev = data.deviation(red, info.direction)
         rows = list(range(dev.shape[0]))
@@ -162,8 +182,11 @@ def _heat_strips(result, console) -> None:
             console.print(Text(" " * label_w + mrow, style="bold"))
             shown.update(c for c in mrow if c != " ")
     cols_note = "" if len(xs) == len(steps) else f", {len(xs)} columns"
-    console.print(Text(f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note})",
-                       style="dim"))
+    console.print(
+        Text(
+            f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note})", style="dim"
+        )
+    )
     legend = [f"{ch} {what} {marks[key]}" for key, ch, what in MARKERS if ch in shown]
     if legend:
         console.print(Text(f"{'':{label_w}}" + ", ".join(legend), style="dim"))
@@ -175,9 +198,11 @@ def _bin_end(xs: np.ndarray, j: int, steps: np.ndarray) -> int:
 
 
 # drawn in this order; a column that already holds a marker pushes the next one a row down
-MARKERS = (("earliest_step", "^", "earliest anomaly at step"),
-           ("divergence_step", "D", "loss divergence at step"),
-           ("log_only_alarm_step", "L", "log-only alarm at step"))
+MARKERS = (
+    ("earliest_step", "^", "earliest anomaly at step"),
+    ("divergence_step", "D", "loss divergence at step"),
+    ("log_only_alarm_step", "L", "log-only alarm at step"),
+)
 
 
 def marker_rows(xs: np.ndarray, last: int, marks: dict) -> list[str]:
@@ -200,15 +225,25 @@ def marker_rows(xs: np.ndarray, last: int, marks: dict) -> list[str]:
 
 def print_inspect(info: dict, console) -> None:
     lay = info["layout"]
-    console.print(f"[bold]{info['path']}[/]  format {info['format']}, {info['n_tensors']} tensors, dtypes {', '.join(info['dtypes'])}")
+    console.print(
+        f"[bold]{info['path']}[/]  format {info['format']}, {info['n_tensors']} tensors, "
+        f"dtypes {', '.join(info['dtypes'])}"
+    )
     cfg = {k: v for k, v in lay["config"].items() if v not in (None, {}, [])}
     console.print(f"family [bold]{lay['family']}[/]  config: {cfg}")
     t = Table(title="attention blocks")
     for col in ("layer", "block", "heads", "kv heads", "head_dim", "hidden", "tensors"):
         t.add_column(col)
     for b in lay["attention"]:
-        t.add_row(str(b["layer"]), b["block"], str(b["heads"]), str(b["kv_heads"]), str(b["head_dim"]), str(b["hidden"]),
-                  ", ".join(b["tensors"]))
+        t.add_row(
+            str(b["layer"]),
+            b["block"],
+            str(b["heads"]),
+            str(b["kv_heads"]),
+            str(b["head_dim"]),
+            str(b["hidden"]),
+            ", ".join(b["tensors"]),
+        )
     console.print(t)
     if lay["routers"]:
         t = Table(title="MoE routers")

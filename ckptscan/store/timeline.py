@@ -35,7 +35,9 @@ class Timeline:
     steps: np.ndarray  # int64 [N], ascending
     series: dict[str, np.ndarray]  # name -> float32 [N, L, K]
     meta: dict = field(default_factory=dict)
-    scores: dict[str, np.ndarray] = field(default_factory=dict)  # name -> float32 [N, L]: the detector's scores
+    scores: dict[str, np.ndarray] = field(
+        default_factory=dict
+    )  # name -> float32 [N, L]: the detector's scores
 
     def names(self) -> list[str]:
         return sorted(self.series)
@@ -75,8 +77,13 @@ class Timeline:
                     g.create_dataset(name, data=arr, compression="gzip", compression_opts=4, shuffle=True)
                 sg = f.create_group("scores")
                 for name, arr in self.scores.items():
-                    sg.create_dataset(name, data=np.asarray(arr, dtype=np.float32), compression="gzip",
-                                      compression_opts=4, shuffle=True)
+                    sg.create_dataset(
+                        name,
+                        data=np.asarray(arr, dtype=np.float32),
+                        compression="gzip",
+                        compression_opts=4,
+                        shuffle=True,
+                    )
 
         atomic_write(path, writer=write)
 
