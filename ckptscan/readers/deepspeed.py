@@ -29,8 +29,9 @@ from typing import Self
 import torch
 
 from ckptscan.errors import FormatError
-from ckptscan.readers._common import backed, check_unchanged, dtype_name, file_stat, rel_name
+from ckptscan.readers._common import backed, check_unchanged, dtype_name, file_size, file_stat, rel_name
 from ckptscan.readers.base import TensorInfo
+from ckptscan.readers.registry import Format, Listing, Plan, register_format
 from ckptscan.readers.torchfile import load_file
 
 MODEL_STATES = "zero_pp_rank_*_mp_rank_*_model_states.pt"
@@ -179,3 +180,42 @@ class ZeroSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- the format entry (ckptscan/readers/registry.py) -----------------------------------------------
+
+
+def _plan_folder(ls: Listing) -> Plan | None:
+    if ls.only(MODEL_STATES):
+        return Plan(ZERO3, "deepspeed-zero3", ls.folder)
+    return None
+
+
+def _open(plan: Plan, trust_pickle: bool) -> ZeroSource:
+    return ZeroSource(plan.path)
+
+
+def _check_complete(plan: Plan) -> None:
+    models, optims = rank_files(plan.path, MODEL_STATES), rank_files(plan.path, OPTIM_STATES)
+    if len(optims) != len(models):
+        raise FormatError(
+            f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
+            f"{len(optims)} optimizer-state files",
+            plan.path,
+        )
+    for f in models + optims:
+        if file_size(f) == 0:
+            raise FormatError("file is empty (0 bytes): truncated or interrupted save", f)
+
+
+ZERO3 = register_format(
+    Format(
+        name="deepspeed-zero3",
+        precedence=40,
+        looked_for="DeepSpeed ZeRO-3 rank files",
+        plan_folder=_plan_folder,
+        open=_open,
+        check_complete=_check_complete,
+        last_resort=True,  # its rank files are training state beside every other format's weights
+    )
+)
