@@ -99,7 +99,7 @@ def register_format(fmt: Format) -> Format:
 
 
 def unregister_format(name: str) -> None:
-    """Remove a format (tests that register a toy one)."""
+    """Remove a format (a test that registered its own)."""
     FORMATS[:] = [f for f in FORMATS if f.name != name]
 
 
