@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import torch
 
@@ -50,7 +50,7 @@ class _Value:
         self.value = value
 
 
-_STANDINS = [
+_STANDINS: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
     (_Inert, "deepspeed.runtime.fp16.loss_scaler.LossScaler"),
     (_Inert, "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler"),
     (_Value, "deepspeed.runtime.zero.config.ZeroStageEnum"),
@@ -66,12 +66,12 @@ def load_zero_file(path: Path) -> object:
 
 def rank_files(folder: Path, pattern: str) -> list[Path]:
     """The files of one kind, by data-parallel rank; several model-parallel ranks are refused."""
-    files = [p for p in folder.glob(pattern) if _RANK.match(p.name)]
-    if len({_RANK.match(p.name).group(2) for p in files}) > 1:
+    ranked = [(p, m) for p in folder.glob(pattern) if (m := _RANK.match(p.name))]
+    if len({m.group(2) for _, m in ranked}) > 1:
         raise FormatError(
             "ZeRO-3 checkpoint with several model-parallel ranks (mp_rank_*): not supported", folder
         )
-    return sorted(files, key=lambda p: int(_RANK.match(p.name).group(1)))
+    return [p for p, _ in sorted(ranked, key=lambda pm: int(pm[1].group(1)))]
 
 
 def _get(obj: object, *keys: str, path: Path) -> object:
