@@ -178,6 +178,23 @@ def _existing(dir_okay=True, file_okay=True):
     return click.Path(exists=True, dir_okay=dir_okay, file_okay=file_okay, path_type=Path)
 
 
+def _report_options(verb: str):
+    """One ``--<name> FILE`` option per registered report format (``report/formats.py``)."""
+    from ckptscan.report.formats import REPORT_FORMATS
+
+    def add(fn):
+        for fmt in reversed(REPORT_FORMATS.values()):
+            fn = click.option(
+                f"--{fmt.name}",
+                fmt.keyword,
+                type=click.Path(dir_okay=False, path_type=Path),
+                help=f"{verb} {fmt.help}",
+            )(fn)
+        return fn
+
+    return add
+
+
 def _common_analysis_options(fn):
     opts = [
         click.option(
@@ -287,18 +304,7 @@ FAIL_ON_HELP = (
     is_flag=True,
     help="Print the summary JSON (schema ckptscan/1) to stdout instead of the terminal report.",
 )
-@click.option(
-    "--html",
-    "html_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write a self-contained HTML report.",
-)
-@click.option(
-    "--junit",
-    "junit_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write a JUnit XML file for CI systems.",
-)
+@_report_options("Also write")
 @click.option(
     "--fail-on",
     type=click.Choice(["anomaly", "input-error", "never"]),
@@ -328,10 +334,9 @@ def analyze(
     baseline,
     debug,
     as_json,
-    html_file,
-    junit_file,
     fail_on,
     quiet,
+    **report_files,
 ):
     """Analyse the checkpoints of RUN_DIR and report the earliest anomalous step and the fault class.
 
@@ -363,7 +368,8 @@ def analyze(
         log_file=log_file,
         baseline=baseline,
     )
-    check_outputs([run_dir, baseline], files=(html_file, junit_file))  # before anything is written
+    # before anything is written
+    check_outputs([run_dir, baseline], files=tuple(report_files.values()))
     with _progress(not quiet) as on_progress:
         result = run(
             run_dir,
@@ -377,7 +383,7 @@ def analyze(
     for sk in result.skipped:  # on stderr too: with --quiet or --json this is the only place they show
         kind = "warning: skipped" if sk.error else "note: skipped (expected in a live run)"
         click.echo(f"ckptscan: {kind} {printable(sk.path)}: {printable(sk.reason)}", err=True)
-    emit(result, as_json=as_json, quiet=quiet, html_file=html_file, junit_file=junit_file, console=_console())
+    emit(result, as_json=as_json, quiet=quiet, console=_console(), **report_files)
     sys.exit(result.exit_code(fail_on))
 
 
@@ -634,9 +640,7 @@ def watch(
     if not quiet:
         echo(f"ckptscan: watch stopped ({outcome.reason})")
     if outcome.result is not None:
-        emit(
-            outcome.result, as_json=as_json, quiet=quiet, html_file=None, junit_file=None, console=_console()
-        )
+        emit(outcome.result, as_json=as_json, quiet=quiet, console=_console())
     sys.exit(exit_code(outcome, fail_on))
 
 
@@ -686,12 +690,7 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 @main.command()
 @click.argument("out_dir", type=_existing(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the stored summary JSON.")
-@click.option(
-    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report."
-)
-@click.option(
-    "--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="Write a JUnit XML file."
-)
+@_report_options("Write")
 @click.option(
     "--fail-on",
     type=click.Choice(["anomaly", "input-error", "never"]),
@@ -709,7 +708,7 @@ def inspect(checkpoint, layout_file, config_file, heads, kv_heads, trust_pickle,
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict line.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @handle_errors
-def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet, debug):
+def report(out_dir, as_json, fail_on, baseline_dir, quiet, debug, **report_files):
     """Re-render a stored result (an analyze output folder) without recomputing.  An in-loop store
     (ckptscan.callbacks) whose part files are newer than its summary is assembled and judged first."""
     from ckptscan.api import load_result
@@ -721,7 +720,7 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet
         write_result(out_dir)
     result = load_result(out_dir)
     click.get_current_context().meta[EVIDENCE] = result.evidence
-    check_outputs(result.evidence, files=(html_file, junit_file))
+    check_outputs(result.evidence, files=tuple(report_files.values()))
     click.get_current_context().meta[VERDICT_REACHED] = True
     baseline = None
     if baseline_dir is not None:
@@ -731,10 +730,9 @@ def report(out_dir, as_json, html_file, junit_file, fail_on, baseline_dir, quiet
         result,
         as_json=as_json,
         quiet=quiet,
-        html_file=html_file,
-        junit_file=junit_file,
         console=_console(),
         baseline=baseline,
+        **report_files,
     )
     sys.exit(result.exit_code(fail_on))
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import time
@@ -37,8 +36,6 @@ STATUS_FILE = "watch.json"  # default status file, in the output folder
 STATUS_SCHEMA = "ckptscan-watch/1"
 MAX_FILES = 10_000  # files fingerprinted per checkpoint folder (a bigger folder: the first ones)
 HOOK_OUTPUT_LINES = 20  # lines of the hook's output repeated on stderr
-# safetensors shards as save_pretrained names them; their index is written after the last shard
-_SHARD = re.compile(r".+-\d+-of-\d+\.safetensors")
 # discovery's reasons for a checkpoint that is still being written
 _UNFINISHED = ("incomplete checkpoint", "no checkpoint weights found")
 
@@ -55,8 +52,9 @@ def is_complete(path: str | Path, *, hf_trainer: bool = False) -> tuple[bool, st
     and data files as long as it says; a torch zip file has its central directory; ZeRO-3 has as
     many optimizer as model-state files):
 
-    * safetensors shards without their index are unfinished (``save_pretrained`` writes the index
-      last; with the index there, the readers check that every shard it names is);
+    * what a format says a writer leaves while busy (``Format.unfinished``): safetensors shards
+      without their index (``save_pretrained`` writes the index last; with the index there, the
+      readers check that every shard it names is);
     * a Hugging Face Trainer checkpoint (``hf_trainer``, or a folder holding ``training_args.bin``)
       is finished once its ``trainer_state.json`` is there (the Trainer writes it last);
     * a DeepSpeed ``global_stepN`` / Megatron ``iter_N`` folder is unfinished while the tracker file
@@ -84,9 +82,12 @@ def is_complete(path: str | Path, *, hf_trainer: bool = False) -> tuple[bool, st
 
 
 def _folder_unfinished(path: Path, names: set[str], hf_trainer: bool) -> str:
-    shards = [n for n in names if _SHARD.fullmatch(n)]
-    if shards and not any(n.endswith(".safetensors.index.json") for n in names):
-        return f"{len(shards)} safetensors shards but no index yet (it is written after the last shard)"
+    from ckptscan.readers.registry import FORMATS
+
+    for fmt in FORMATS:
+        why = fmt.unfinished(names)
+        if why:
+            return why
     if (hf_trainer or "training_args.bin" in names) and "trainer_state.json" not in names:
         return "no trainer_state.json yet (the Hugging Face Trainer writes it last)"
     tracked = _tracker_step(path)

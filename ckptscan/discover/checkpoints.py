@@ -33,6 +33,7 @@ from pathlib import Path
 from ckptscan.discover.frameworks import FRAMEWORKS, Framework
 from ckptscan.errors import InputError, UsageError
 from ckptscan.limits import MAX_STEP
+from ckptscan.readers.registry import file_suffixes
 
 # anchored: the whole (extension-stripped) name must match
 STEP_PATTERNS: tuple[re.Pattern, ...] = tuple(
@@ -48,7 +49,6 @@ STEP_PATTERNS: tuple[re.Pattern, ...] = tuple(
 )
 # the start of a checkpoint name, for spotting unfinished writes like step500-tmp
 _PREFIX = re.compile(r"^(?:tmp[-_])?(?:checkpoint[-_]|step[-_]?|iter_|global_step|epoch=\d+[-_]step=)\d+")
-CHECKPOINT_FILE_EXTS = (".ckpt", ".pt", ".pth", ".bin", ".safetensors")
 # folders under which frameworks put their checkpoints, looked into when the run dir has none
 CONTAINER_DIRS = ("checkpoints", "checkpoint", "ckpt", "ckpts")
 
@@ -75,7 +75,7 @@ class Skipped:
 def parse_step(name: str, step_regex: re.Pattern | None = None) -> int | None:
     """The training step a checkpoint name stands for, or None if the name is not a checkpoint's."""
     stem = name
-    for ext in CHECKPOINT_FILE_EXTS:
+    for ext in file_suffixes():
         if stem.endswith(ext):
             stem = stem[: -len(ext)]
             break
@@ -265,12 +265,14 @@ def _marked(fw: Framework, run_folder: Path) -> list[Path]:
     return out
 
 
-NAMES_LOOKED_FOR = (
-    "checkpoint-N, step-N/stepN/step_N, iter_N, global_stepN, epoch=E-step=N[.ckpt], N "
-    "(folders, or *.ckpt/.pt/.pth/.bin/.safetensors files), in the run folder or its "
-    + "/, ".join(CONTAINER_DIRS)
-    + "/ subfolder"
-)
+def names_looked_for() -> str:
+    """The checkpoint names discovery looks for (the file endings: every registered format's)."""
+    return (
+        "checkpoint-N, step-N/stepN/step_N, iter_N, global_stepN, epoch=E-step=N[.ckpt], N "
+        f"(folders, or *{'/'.join(file_suffixes())} files), in the run folder or its "
+        + "/, ".join(CONTAINER_DIRS)
+        + "/ subfolder"
+    )
 
 
 def no_checkpoints_error(
@@ -279,7 +281,7 @@ def no_checkpoints_error(
     """The error for a run in which discovery found no checkpoint to analyse (an input error: a run
     that silently reports "healthy" over nothing would hide a wrong path).  One line: where, what
     names were looked for, and how many entries were skipped (their reasons are in the list)."""
-    looked = f"names matching --step-regex {step_regex!r}" if step_regex else NAMES_LOOKED_FOR
+    looked = f"names matching --step-regex {step_regex!r}" if step_regex else names_looked_for()
     msg = f"no checkpoints found in {run_dir} (looked for {looked}; other names: --step-regex)"
     if steps:
         msg += f" with steps in {steps}"
@@ -325,7 +327,7 @@ def _scan(
             except OSError as e:  # symlink loop, permission denied
                 skipped.append(Skipped(entry.path, f"cannot stat: {e.strerror or e}"))
                 continue
-            if not (is_dir or (is_file and name.endswith(CHECKPOINT_FILE_EXTS))):
+            if not (is_dir or (is_file and name.endswith(file_suffixes()))):
                 continue
             if fw is not None and (step is None or not fw.names_are_steps):
                 if not _may_record_step(Path(entry.path), is_dir, fw):

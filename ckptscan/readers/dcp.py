@@ -30,6 +30,7 @@ import torch
 from ckptscan.errors import FormatError
 from ckptscan.readers._common import backed, dtype_name, file_size, open_binary, safe_member
 from ckptscan.readers.base import TensorInfo
+from ckptscan.readers.registry import Format, Listing, Plan, register_format
 
 METADATA_FILE = ".metadata"
 
@@ -280,3 +281,56 @@ class DcpSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- the format entry (ckptscan/readers/registry.py) -----------------------------------------------
+
+
+def _plan_file(path: Path) -> Plan | None:
+    if path.name == METADATA_FILE or path.name.endswith(".distcp"):
+        return Plan(DCP, "dcp", path.parent)
+    return None
+
+
+def _plan_folder(ls: Listing) -> Plan | None:
+    if METADATA_FILE in ls.names or ls.only("*.distcp"):
+        return Plan(DCP, "dcp", ls.folder)
+    return None
+
+
+def _require_metadata(folder: Path) -> Path:
+    meta_path = folder / METADATA_FILE
+    if not meta_path.is_file():
+        raise FormatError(f"checkpoint incomplete: DCP {METADATA_FILE} missing (save interrupted?)", folder)
+    return meta_path
+
+
+def _open(plan: Plan, trust_pickle: bool) -> DcpSource:
+    _require_metadata(plan.path)
+    return DcpSource(plan.path)
+
+
+def _check_complete(plan: Plan) -> None:
+    meta_path = _require_metadata(plan.path)
+    ends: dict[str, int] = {}
+    for info in load_metadata(plan.path).storage_data.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    for rel, end in ends.items():
+        p = safe_member(plan.path, rel, meta_path)
+        if not p.is_file():
+            raise FormatError(f"checkpoint incomplete: {rel} missing", meta_path)
+        if file_size(p) < end:
+            raise FormatError(f"truncated: {file_size(p)} bytes, metadata needs {end}", p)
+
+
+DCP = register_format(
+    Format(
+        name="dcp",
+        precedence=20,
+        looked_for=".metadata/*.distcp (DCP)",
+        plan_file=_plan_file,
+        plan_folder=_plan_folder,
+        open=_open,
+        check_complete=_check_complete,
+    )
+)

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import torch
 
 from ckptscan.errors import FormatError
-from ckptscan.readers._common import backed, check_unchanged, dtype_name, file_stat, rel_name
+from ckptscan.readers._common import backed, check_unchanged, dtype_name, file_size, file_stat, rel_name
 from ckptscan.readers.base import TensorInfo
+from ckptscan.readers.registry import Format, Listing, Plan, register_format
 from ckptscan.readers.torchfile import load_file
 
 MODEL_STATES = "zero_pp_rank_*_mp_rank_*_model_states.pt"
@@ -49,7 +50,7 @@ class _Value:
         self.value = value
 
 
-_STANDINS = [
+_STANDINS: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
     (_Inert, "deepspeed.runtime.fp16.loss_scaler.LossScaler"),
     (_Inert, "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler"),
     (_Value, "deepspeed.runtime.zero.config.ZeroStageEnum"),
@@ -65,12 +66,12 @@ def load_zero_file(path: Path) -> object:
 
 def rank_files(folder: Path, pattern: str) -> list[Path]:
     """The files of one kind, by data-parallel rank; several model-parallel ranks are refused."""
-    files = [p for p in folder.glob(pattern) if _RANK.match(p.name)]
-    if len({_RANK.match(p.name).group(2) for p in files}) > 1:
+    ranked = [(p, m) for p in folder.glob(pattern) if (m := _RANK.match(p.name))]
+    if len({m.group(2) for _, m in ranked}) > 1:
         raise FormatError(
             "ZeRO-3 checkpoint with several model-parallel ranks (mp_rank_*): not supported", folder
         )
-    return sorted(files, key=lambda p: int(_RANK.match(p.name).group(1)))
+    return [p for p, _ in sorted(ranked, key=lambda pm: int(pm[1].group(1)))]
 
 
 def _get(obj: object, *keys: str, path: Path) -> object:
@@ -179,3 +180,42 @@ class ZeroSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- the format entry (ckptscan/readers/registry.py) -----------------------------------------------
+
+
+def _plan_folder(ls: Listing) -> Plan | None:
+    if ls.only(MODEL_STATES):
+        return Plan(ZERO3, "deepspeed-zero3", ls.folder)
+    return None
+
+
+def _open(plan: Plan, trust_pickle: bool) -> ZeroSource:
+    return ZeroSource(plan.path)
+
+
+def _check_complete(plan: Plan) -> None:
+    models, optims = rank_files(plan.path, MODEL_STATES), rank_files(plan.path, OPTIM_STATES)
+    if len(optims) != len(models):
+        raise FormatError(
+            f"checkpoint incomplete: {len(models)} ZeRO model-state files but "
+            f"{len(optims)} optimizer-state files",
+            plan.path,
+        )
+    for f in models + optims:
+        if file_size(f) == 0:
+            raise FormatError("file is empty (0 bytes): truncated or interrupted save", f)
+
+
+ZERO3 = register_format(
+    Format(
+        name="deepspeed-zero3",
+        precedence=40,
+        looked_for="DeepSpeed ZeRO-3 rank files",
+        plan_folder=_plan_folder,
+        open=_open,
+        check_complete=_check_complete,
+        last_resort=True,  # its rank files are training state beside every other format's weights
+    )
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import struct
 import threading
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ckptscan.readers._common import (
     rel_name,
 )
 from ckptscan.readers.base import TensorInfo
+from ckptscan.readers.registry import Format, Listing, Plan, register_format, weight_files
 
 # safetensors dtype code -> (torch dtype name, bytes per element).  A code torch lacks in this
 # version (e.g. an older torch without float8) is still parsed and listed; only reading it fails.
@@ -324,3 +326,69 @@ class SafetensorsSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- the format entry (ckptscan/readers/registry.py) -----------------------------------------------
+
+# shards as save_pretrained names them; their index is written after the last shard
+_SHARD = re.compile(r".+-\d+-of-\d+\.safetensors")
+
+
+def _plan_file(path: Path) -> Plan | None:
+    if path.name.endswith(".safetensors.index.json"):
+        return Plan(SAFETENSORS, "safetensors-sharded", path.parent, index=path)
+    if path.name.endswith(".safetensors"):
+        return Plan(SAFETENSORS, "safetensors", path, files=[path])
+    return None
+
+
+def _plan_folder(ls: Listing) -> Plan | None:
+    index = (
+        ["model.safetensors.index.json"]
+        if "model.safetensors.index.json" in ls.names
+        else ls.only("*.safetensors.index.json", ls.models)
+    )
+    if len(index) == 1:
+        return Plan(SAFETENSORS, "safetensors-sharded", ls.folder, index=ls.folder / index[0])
+    files = ["model.safetensors"] if "model.safetensors" in ls.names else ls.only("*.safetensors", ls.models)
+    if files:
+        name = "safetensors" if len(files) == 1 else "safetensors-sharded"
+        return Plan(SAFETENSORS, name, ls.folder, files=[ls.folder / n for n in files])
+    if len(index) > 1:
+        ls.several_indexes += index
+    return None
+
+
+def _open(plan: Plan, trust_pickle: bool) -> SafetensorsSource:
+    if plan.index is not None:
+        return SafetensorsSource.from_index(plan.index)
+    if plan.path.is_file():
+        return SafetensorsSource.from_file(plan.path)
+    return SafetensorsSource.from_files(plan.path, plan.files)
+
+
+def _check_complete(plan: Plan) -> None:
+    for f in weight_files(plan):
+        parse_header(f)
+
+
+def _unfinished(names: set[str]) -> str:
+    shards = [n for n in names if _SHARD.fullmatch(n)]
+    if shards and not any(n.endswith(".safetensors.index.json") for n in names):
+        return f"{len(shards)} safetensors shards but no index yet (it is written after the last shard)"
+    return ""
+
+
+SAFETENSORS = register_format(
+    Format(
+        name="safetensors",
+        precedence=10,
+        looked_for="*.safetensors[.index.json]",
+        plan_file=_plan_file,
+        plan_folder=_plan_folder,
+        open=_open,
+        check_complete=_check_complete,
+        file_suffixes=(".safetensors",),
+        unfinished=_unfinished,
+    )
+)

@@ -31,6 +31,7 @@ reported as such: the file is fine, the module is missing.
 from __future__ import annotations
 
 import pickle
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
@@ -51,6 +52,7 @@ from ckptscan.readers._common import (
     rel_name,
 )
 from ckptscan.readers.base import TensorInfo
+from ckptscan.readers.registry import Format, Listing, Plan, register_format, weight_files
 
 WRAPPER_KEYS = ("state_dict", "module", "model")
 MAX_NESTING = 64  # dict levels in a state dict: real ones have a few
@@ -276,3 +278,75 @@ class TorchSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- the format entry (ckptscan/readers/registry.py) -----------------------------------------------
+
+SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def _plan_file(path: Path) -> Plan | None:
+    if path.name.endswith(".index.json"):
+        return Plan(TORCH, "torch", path.parent, index=path)
+    if path.name.endswith(SUFFIXES):
+        return Plan(TORCH, "torch", path, files=[path])
+    return None
+
+
+def _plan_folder(ls: Listing) -> Plan | str | None:
+    folder, names = ls.folder, ls.names
+    index = (
+        ["pytorch_model.bin.index.json"]
+        if "pytorch_model.bin.index.json" in names
+        else ls.only("*.bin.index.json", ls.models)
+    )
+    if len(index) == 1:
+        return Plan(TORCH, "torch", folder, index=folder / index[0])
+    candidates = [n for n in ls.models if n.endswith(SUFFIXES)]
+    if "pytorch_model.bin" in names:
+        return Plan(TORCH, "torch", folder, files=[folder / "pytorch_model.bin"])
+    shards = ls.only("pytorch_model-*.bin", candidates)  # shards without their index: read as one set
+    if shards:
+        return Plan(TORCH, "torch", folder, files=[folder / n for n in shards])
+    for group in (
+        ls.only("mp_rank_*_model_states.pt", candidates),
+        ls.only("consolidated*.pth", candidates),
+        candidates,
+    ):
+        if len(group) == 1:
+            return Plan(TORCH, "torch", folder, files=[folder / group[0]])
+        if len(group) > 1:
+            return f"ambiguous: several candidate weight files ({', '.join(group)}); pass the file you mean"
+    if len(index) > 1:
+        ls.several_indexes += index
+    return None
+
+
+def _open(plan: Plan, trust_pickle: bool) -> TorchSource:
+    if plan.index is not None:
+        return TorchSource.from_index(plan.index, trust_pickle=trust_pickle)
+    if plan.path.is_file():
+        return TorchSource.from_file(plan.path, trust_pickle=trust_pickle)
+    return TorchSource.from_files(plan.path, plan.files, trust_pickle=trust_pickle)
+
+
+def _check_complete(plan: Plan) -> None:
+    for f in weight_files(plan):
+        if file_size(f) == 0:
+            raise FormatError("file is empty (0 bytes): truncated or interrupted save", f)
+        if is_zip(f) and not zipfile.is_zipfile(f):
+            raise FormatError("torch zip file has no central directory: truncated", f)
+
+
+TORCH = register_format(
+    Format(
+        name="torch",
+        precedence=30,
+        looked_for="pytorch_model*.bin[.index.json], *.pt, *.pth, *.ckpt",
+        plan_file=_plan_file,
+        plan_folder=_plan_folder,
+        open=_open,
+        check_complete=_check_complete,
+        file_suffixes=SUFFIXES,
+    )
+)
