@@ -34,7 +34,8 @@ from ckptscan.judge.verdict import Reference
 from ckptscan.layouts import load_config_file
 from ckptscan.limits import JsonError, parse_json
 from ckptscan.pipeline.activations import add_churn_final
-from ckptscan.pipeline.analyzer import Options, baseline_out_dir, check_outputs, resolve_device, run_analysis
+from ckptscan.pipeline.analyzer import Options, baseline_out_dir, check_outputs, resolve_device
+from ckptscan.pipeline.executors import run_with
 from ckptscan.store.timeline import Timeline, assemble, atomic_write, make_dir
 
 SCHEMA = "ckptscan/1"
@@ -188,7 +189,18 @@ def analyze(
         if on_progress:
             on_progress(i, len(ckpts), ck, status)
 
-    results, skipped_run, layout_desc = run_analysis(run_dir, out, ckpts, options, progress, debug)
+    results, skipped_run, layout_desc = run_with(
+        cfg.executor,
+        run_dir,
+        out,
+        ckpts,
+        options,
+        progress,
+        debug,
+        address=cfg.ray_address,
+        workers=cfg.workers,
+        device_request=cfg.device,
+    )
     skipped = skipped + skipped_run
 
     add_churn_final(results)

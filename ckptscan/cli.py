@@ -315,6 +315,26 @@ FAIL_ON_HELP = (
 @click.option(
     "-q", "--quiet", is_flag=True, help="No progress; only the verdict line (and skipped inputs on stderr)."
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Who runs the per-checkpoint work: local (this process), or ray (one Ray task per "
+    'checkpoint; pip install "ckptscan[ray]"; docs/scale.md).',
+)
+@click.option(
+    "--address",
+    "ray_address",
+    metavar="ADDR",
+    help="--executor ray: the Ray cluster to join (default: RAY_ADDRESS, else a local instance).",
+)
+@click.option(
+    "--workers",
+    type=int,
+    metavar="N",
+    help="--executor ray: tasks in flight at once (default: the cluster's CPUs, or GPUs).",
+)
 @handle_errors
 def analyze(
     run_dir,
@@ -336,6 +356,9 @@ def analyze(
     as_json,
     fail_on,
     quiet,
+    executor,
+    ray_address,
+    workers,
     **report_files,
 ):
     """Analyse the checkpoints of RUN_DIR and report the earliest anomalous step and the fault class.
@@ -367,6 +390,9 @@ def analyze(
         replay_pattern=replay_pattern,
         log_file=log_file,
         baseline=baseline,
+        executor=executor,
+        ray_address=ray_address,
+        workers=workers,
     )
     # before anything is written
     check_outputs([run_dir, baseline], files=tuple(report_files.values()))

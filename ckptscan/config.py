@@ -15,6 +15,8 @@ from pathlib import Path
 from ckptscan.errors import UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
+# who runs the per-checkpoint units (ckptscan/pipeline/executors.py holds the registry of these names)
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,21 @@ class AnalysisConfig:
         default=None,
         metadata={"doc": "where replay files are, relative to the run, e.g. 'replay/step_{step}.h5'"},
     )
+    # --- who runs the per-checkpoint work (docs/scale.md) ---
+    executor: str = field(
+        default="local",
+        metadata={"doc": "local: in this process, in order; ray: one Ray task per checkpoint part"},
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata={
+            "doc": "the Ray cluster to join (ray executor; default: RAY_ADDRESS, else a local instance)"
+        },
+    )
+    workers: int | None = field(
+        default=None,
+        metadata={"doc": "ray executor: tasks in flight at once (default: the cluster's CPUs, or GPUs)"},
+    )
     # --- how the run is judged ---
     log_file: Path | None = field(
         default=None, metadata={"doc": "the training log to read the loss from (default: found in the run)"}
@@ -77,7 +94,16 @@ class AnalysisConfig:
                 object.__setattr__(self, name, Path(value))
         if self.device not in DEVICES:
             raise UsageError(f"--device {self.device}: expected one of {', '.join(DEVICES)}")
-        for name, flag in (("every", "--every"), ("heads", "--heads"), ("kv_heads", "--kv-heads")):
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"--executor {self.executor}: expected one of {', '.join(EXECUTORS)}")
+        if self.executor == "local" and (self.ray_address is not None or self.workers is not None):
+            raise UsageError("--address and --workers are options of --executor ray")
+        for name, flag in (
+            ("every", "--every"),
+            ("heads", "--heads"),
+            ("kv_heads", "--kv-heads"),
+            ("workers", "--workers"),
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise UsageError(f"{flag} {value!r}: must be a whole number")

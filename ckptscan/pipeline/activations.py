@@ -75,6 +75,7 @@ def activation_values(
     reference_ids: np.ndarray | None,
     put: Put,
     device: torch.device,
+    attention: bool = True,
 ) -> tuple[ReplayState, np.ndarray | None, dict[str, np.ndarray]]:
     """Compute every ``act.*`` series of one checkpoint via ``put(name, layer, vector, width)``.
 
@@ -83,6 +84,7 @@ def activation_values(
     Returns the state for the next checkpoint, this file's input_ids, and the per-layer top-k
     routing decisions (kept in the part file for churn against the final checkpoint).
     Raises ReplayError (naming file and dataset) when the file breaks the contract.
+    ``attention=False``: the router side only (the routing state a later checkpoint compares to).
     """
     rope = RopeSpec.of(layout.config) if layout.config.uses_rope else None
     hidden = max((b.hidden for b in layout.attention), default=None)
@@ -100,7 +102,7 @@ def activation_values(
         prev_rf = _open_prev(prev)
         try:
             width = max((b.n_heads for b in layout.attention if b.name == "attn"), default=1)
-            for b in layout.attention:
+            for b in layout.attention if attention else ():
                 if not attention_is_exact(layout, b.name) or b.layer not in rf.layers():
                     continue
                 wq, wk = weights.attn(b.layer, b.name)

@@ -160,9 +160,12 @@ def file_identity(src, config_path: str | None) -> dict:
 class Analyzer:
     """Walks checkpoints in order, one at a time; see the module docstring."""
 
-    def __init__(self, run_dir: Path, out_dir: Path, options: Options):
+    def __init__(self, run_dir: Path, out_dir: Path | None, options: Options):
+        """``out_dir`` None: nothing is stored or reused; ``process`` leaves the part it would write in
+        ``last_part`` (an executor's worker: the driver writes it, ``pipeline/executors.py``)."""
         self.run_dir = run_dir
-        self.parts_dir = out_dir / "parts"
+        self.parts_dir = out_dir / "parts" if out_dir is not None else None
+        self.last_part: tuple[str, dict, dict, dict] | None = None  # name, identity, values, extra
         self.opt = options
         self.device = torch.device(options.device)
         self.workspace = Workspace()  # float64 copies of one block, reused block after block
@@ -174,13 +177,18 @@ class Analyzer:
         self.budget = memory_budget()  # per checkpoint (limits.py); a bad setting is a usage error here
         self.replay_checker = ReplayChecker()  # its worker process starts with the first replay file
         self._replay_checked: dict[Path, tuple[tuple[int, int], list[str]]] = {}  # file_stat, outside
-        _remove_stale_temporaries(self.parts_dir)
+        if self.parts_dir is not None:
+            _remove_stale_temporaries(self.parts_dir)
         if options.layout_file is not None:
             self.layout_key = Path(options.layout_file).read_bytes().hex()[:64]
 
     # -- one checkpoint ---------------------------------------------------------------------
-    def process(self, ckpt: Checkpoint) -> CheckpointResult:
-        """Analyse one checkpoint (or reuse its stored part).  Raises CkptscanError on bad input."""
+    def process(self, ckpt: Checkpoint, compute: bool = True) -> CheckpointResult | None:
+        """Analyse one checkpoint (or reuse its stored part).  Raises CkptscanError on bad input.
+
+        ``compute=False``: everything up to the maths (open, layout, the memory check, reuse), then
+        None when the part must be computed; the checkpoint becomes the previous one either way (an
+        executor's planning pass, ``pipeline/executors.py``)."""
         replay_path = (
             find_replay(ckpt.path, ckpt.step, self.run_dir, self.opt.replay_pattern)
             if self.opt.replay
@@ -198,8 +206,8 @@ class Analyzer:
                 "prev_replay": self.prev.identity["replay"] if self.prev else None,
                 "prev_step": self.prev.ckpt.step if self.prev else None,
             }
-            part = self.parts_dir / f"step_{ckpt.step:012d}.npz"
-            stored = self._try_reuse(part, identity)
+            part_name = f"step_{ckpt.step:012d}.npz"
+            stored = self._try_reuse(self.parts_dir / part_name, identity) if self.parts_dir else None
             infos = src.infos()
             layout = resolve_layout(infos, config, self.opt.layout_file, self.opt.model_overrides)
             if config_path is not None:
@@ -213,6 +221,9 @@ class Analyzer:
                 return self._reused(ckpt, identity, replay_path, layout, outside, *stored)
 
             check_memory(layout, self.budget)
+            if not compute:
+                self.prev = _Prev(ckpt, identity)
+                return None
             with self._open_prev() as prev_weights:
                 weights = _Weights(self, src, layout)
                 values, findings, kept = self._compute(weights, layout, prev_weights, ckpt.step)
@@ -227,9 +238,48 @@ class Analyzer:
                 )
             meta = {"findings": findings, "skipped": [x.as_dict() for x in skipped], "outside": external}
             extra = {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8), **extras}
-            save_part(part, identity, values, extra=extra)
+            if self.parts_dir is not None:
+                save_part(self.parts_dir / part_name, identity, values, extra=extra)
+            else:
+                self.last_part = (part_name, identity, values, extra)
             self.prev = _Prev(ckpt, identity, kept)
             return CheckpointResult(ckpt.step, values, findings, False, extras, skipped, outside + external)
+
+    def follow(self, prev: Checkpoint) -> None:
+        """Start after ``prev`` as if it had just been analysed here: its identity, and its replay
+        state (the routing decisions the activation increments compare against) recomputed.  The
+        attention increments then take the previous Grams from its weights, as after a resumed
+        part (``BlockStep.carried`` is None).  An executor's worker runs one checkpoint this way."""
+        replay_path = (
+            find_replay(prev.path, prev.step, self.run_dir, self.opt.replay_pattern)
+            if self.opt.replay
+            else None
+        )
+        with open_checkpoint(prev.path, trust_pickle=self.opt.trust_pickle) as src:
+            config, config_path = checkpoint_config(prev.path, src, self.run_dir, self.opt)
+            self.prev = _Prev(
+                prev, {"files": file_identity(src, config_path), "replay": _stat_identity(replay_path)}
+            )
+            if replay_path is None:
+                return
+            try:
+                layout = resolve_layout(src.infos(), config, self.opt.layout_file, self.opt.model_overrides)
+                self._checked_replay(replay_path)
+                state, _, _ = activation_values(
+                    replay_path,
+                    layout,
+                    _Weights(self, src, layout),
+                    None,
+                    None,
+                    self.reference_ids,
+                    lambda *a: None,
+                    self.device,
+                    attention=False,
+                )
+            except Exception:  # noqa: BLE001 -- as ``_activations``: no replay state, no increments
+                self.replay_prev = None
+            else:
+                self.replay_prev = state
 
     def _reused(self, ckpt, identity, replay_path, layout, outside, values, findings, extras, meta):
         """The result of a checkpoint whose stored part is reused (see ``_try_reuse``)."""
@@ -552,6 +602,7 @@ def run_analysis(
         for i, ck in enumerate(checkpoints):
             try:
                 res = an.process(ck)
+                assert res is not None  # computed or reused: only compute=False gives None
             except UsageError:  # an option or the output location is wrong: every checkpoint would fail
                 raise
             except Exception as e:  # the containment boundary: see the docstring

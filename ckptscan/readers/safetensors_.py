@@ -78,20 +78,32 @@ class Header:
 def parse_header(path: Path) -> Header:
     """Read and fully validate the header of one safetensors file (no tensor data read)."""
     size = file_size(path)
+    with open_binary(path) as f:
+
+        def read(offset: int, n: int) -> bytes:
+            f.seek(offset)
+            return f.read(n)
+
+        return header_of(path, size, read)
+
+
+def header_of(path: Path | str, size: int, read) -> Header:
+    """The validated header of a safetensors file of ``size`` bytes whose bytes ``read(offset, n)``
+    returns: two reads, the 8-byte length and the header (the seam a remote reader shares,
+    ``readers/remote.py``)."""
     if size < 8:
         raise FormatError(
             f"file is only {size} bytes, shorter than the 8-byte safetensors header length", path
         )
-    with open_binary(path) as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > size - 8:
-            raise FormatError(
-                f"header length {n} runs past the end of the file ({size} bytes): truncated or not safetensors",
-                path,
-            )
-        if n > MAX_HEADER_BYTES:
-            raise FormatError(f"header length {n} exceeds {MAX_HEADER_BYTES} bytes: corrupt file", path)
-        raw = f.read(n)
+    (n,) = struct.unpack("<Q", read(0, 8))
+    if n > size - 8:
+        raise FormatError(
+            f"header length {n} runs past the end of the file ({size} bytes): truncated or not safetensors",
+            path,
+        )
+    if n > MAX_HEADER_BYTES:
+        raise FormatError(f"header length {n} exceeds {MAX_HEADER_BYTES} bytes: corrupt file", path)
+    raw = read(8, n)
     try:
         doc = parse_json(raw, unique_keys=True)
     except JsonError as err:
@@ -112,7 +124,7 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_entry(path: Path, name: str, spec: object, data_size: int) -> _Entry:
+def _parse_entry(path: Path | str, name: str, spec: object, data_size: int) -> _Entry:
     if not isinstance(spec, dict):
         raise FormatError(f"tensor {name!r}: header entry is not an object", path)
     code, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
@@ -139,7 +151,7 @@ def _parse_entry(path: Path, name: str, spec: object, data_size: int) -> _Entry:
     return _Entry(code, tuple(shape), begin, end)
 
 
-def _check_overlaps(path: Path, entries: dict[str, _Entry]) -> None:
+def _check_overlaps(path: Path | str, entries: dict[str, _Entry]) -> None:
     spans = sorted((e.begin, e.end, name) for name, e in entries.items() if e.end > e.begin)
     for (b0, e0, n0), (b1, e1, n1) in itertools.pairwise(spans):
         if b1 < e0:
