@@ -335,6 +335,7 @@ def _scan(
                 step = _content_step(Path(entry.path), step, fw, skipped, notes)
                 if step is None:
                     continue
+            assert step is not None  # a name without a step went through _content_step above
             found.append((step, Path(entry.path)))
     return found, skipped
 

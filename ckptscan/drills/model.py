@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -212,6 +213,10 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """``layers``, typed (iterating an nn.ModuleList gives plain Modules)."""
+        return [cast(DecoderLayer, layer) for layer in self.layers]
+
 
 class TinyLM(nn.Module):
     def __init__(self, cfg: TinyConfig):
@@ -230,7 +235,7 @@ class TinyLM(nn.Module):
             nn.init.normal_(m.weight, std=0.02)
 
     def set_fault(self, fault: LowPrecFault | None) -> None:
-        for layer in self.model.layers:
+        for layer in self.model.decoder_layers():
             layer.self_attn.fault = fault
 
     def forward(self, ids):
@@ -242,4 +247,6 @@ class TinyLM(nn.Module):
     def aux_loss(self) -> torch.Tensor:
         if not self.cfg.moe:
             return torch.zeros(())
-        return sum(layer.mlp.aux_loss for layer in self.model.layers) / self.cfg.n_layers
+        # with cfg.moe every layer's mlp is a MoE; a sum of (at least one) tensors is a tensor
+        total = sum(cast(MoE, layer.mlp).aux_loss for layer in self.model.decoder_layers())
+        return cast(torch.Tensor, total / self.cfg.n_layers)

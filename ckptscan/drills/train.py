@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -33,7 +34,7 @@ from ckptscan.judge.logs import DIVERGENCE_MARGIN, EMA_BETA, divergence_step
 from ckptscan.record import ReplayRecorder
 
 from .data import load_corpus, replay_batch, sample_batch
-from .model import LowPrecFault, TinyConfig, TinyLM
+from .model import LowPrecFault, MoE, TinyConfig, TinyLM
 from .naming import NAMINGS, config_json, hf_state_dict
 from .writer import FOLDER_STYLES, folder_name, save_weights, write_json
 
@@ -76,9 +77,12 @@ def base_lr(
 def _recorder(model: TinyLM, ids: torch.Tensor) -> ReplayRecorder:
     """The library's own recorder (what a real training loop would call), pointed at the drill
     model's q projections and routers."""
-    layers = model.model.layers
-    attn = {i: layer.self_attn.q_proj for i, layer in enumerate(layers)}
-    routers = {i: layer.mlp.router for i, layer in enumerate(layers)} if model.cfg.moe else {}
+    layers = model.model.decoder_layers()
+    attn: dict[int, torch.nn.Module] = {i: layer.self_attn.q_proj for i, layer in enumerate(layers)}
+    # with cfg.moe every layer's mlp is a MoE
+    routers: dict[int, torch.nn.Module] = (
+        {i: cast(MoE, layer.mlp).router for i, layer in enumerate(layers)} if model.cfg.moe else {}
+    )
     return ReplayRecorder(model, ids, attn_modules=attn, router_modules=routers)
 
 
@@ -226,7 +230,8 @@ def run_drill(
             for step in range(1, steps + 1):
                 active = step >= onset
                 fault_obj.active = lowprec_on and active
-                if fault_obj.active:  # the bias grows as ties accumulate (docs/drills.md)
+                # the bias grows as ties accumulate (docs/drills.md); amp is set whenever lowprec_on
+                if fault_obj.active and amp is not None:
                     fault_obj.amplification = amp * (step - onset + 1) / 1000.0
                 lr_now = base_lr(
                     step,
@@ -238,7 +243,11 @@ def run_drill(
                     onset=onset,
                     benign=benign,
                 )
-                mult = math.exp(growth * (step - onset) / 1000.0) if (highlr_on and active) else 1.0
+                mult = (  # growth is set whenever highlr_on
+                    math.exp(growth * (step - onset) / 1000.0)
+                    if (highlr_on and active and growth is not None)
+                    else 1.0
+                )
                 lr_now *= mult
                 for g in opt.param_groups:
                     g["lr"] = lr_now

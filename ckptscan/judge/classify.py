@@ -25,6 +25,8 @@ right verdicts along the same decision path on the calibration runs (``CONFIDENC
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ckptscan.judge.detect import Alarm
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
@@ -97,14 +99,15 @@ def classify(
     # reaches back over the drift that led into its trigger); the first trigger decides the class
     earliest = min((a.first_step for a in alarms), default=None)
     if not alarms or (first_over is not None and first_over["step"] < earliest):
+        over = cast(dict, first_over)  # without alarms there is an overflow: the healthy case returned above
         return {
             "anomalous": True,
-            "earliest_step": int(first_over["step"]),
-            "confirmed_step": int(first_over["step"]),
+            "earliest_step": int(over["step"]),
+            "confirmed_step": int(over["step"]),
             "fault_type": "overflow",
             "confidence": 1.0,
             "evidence": evidence,
-            "overflow": _overflow(first_over),
+            "overflow": _overflow(over),
             "reason": "NaN/Inf in weights before (or without) any monitor alarm",
         }
 
@@ -115,9 +118,9 @@ def classify(
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
-    out = {
+    out: dict[str, Any] = {
         "anomalous": True,
-        "earliest_step": int(earliest),
+        "earliest_step": int(cast(int, earliest)),  # alarms is not empty here
         "confirmed_step": confirmed,
         "fault_type": fault,
         "confidence": confidence(path),

@@ -38,8 +38,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -270,7 +271,7 @@ def _series_for(timeline, det: Detector) -> list[str]:
 def _columns(arr: np.ndarray, det: Detector) -> list[tuple[int, int | None, np.ndarray]]:
     """(layer, head or None, raw series [N]) for each column a detector scores."""
     _, n_l, n_k = arr.shape
-    cols = []
+    cols: list[tuple[int, int | None, np.ndarray]] = []
     for layer in range(n_l):
         a = arr[:, layer, :]
         if not np.isfinite(a).any():
@@ -379,7 +380,7 @@ def _scored_columns(
         sc = (
             score_self(x, det, direction, params, _start(starts, layer, head))
             if self_ref
-            else score_reference(x, ref, det, direction, params)
+            else score_reference(x, cast(np.ndarray, ref), det, direction, params)  # not self_ref: ref is set
         )
         yield layer, head, sc, self_ref
 
@@ -401,7 +402,7 @@ _LOG_LEVEL = Detector("", "level", True, False, 0.0, "step_size")  # the log of 
 
 
 def examined_from(
-    timeline, params: Params = Params(), detectors: tuple[Detector, ...] = DETECTORS
+    timeline, params: Params = Params(), detectors: Sequence[Detector] = DETECTORS
 ) -> tuple[np.ndarray, np.ndarray]:
     """(``layer_starts``, ``head_starts``): where each layer and head is first examined."""
     layers_asleep, heads_asleep = dormant(timeline, params)
@@ -409,7 +410,7 @@ def examined_from(
     return layers, head_starts(timeline, layers, params, heads_asleep)
 
 
-def step_size(timeline, detectors: tuple[Detector, ...] = DETECTORS) -> np.ndarray:
+def step_size(timeline, detectors: Sequence[Detector] = DETECTORS) -> np.ndarray:
     """[N, L]: each layer's step size at each checkpoint: the log of the median, over the layer's
     update-ratio series (q, k and router; each the median over its heads), of ||dW|| / ||W||
     (NaN where none is defined)."""
@@ -466,8 +467,9 @@ def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params
             continue
         if g[t] > peak:
             peak, at = g[t], t
+        # (below, at is the peak's index: the first finite g[t] after a reset is above peak = -inf)
         elif g[t] <= peak - params.settle_drop or steps[t] - origin >= params.settle_age * max(
-            steps[at] - origin, 1.0
+            steps[cast(int, at)] - origin, 1.0
         ):
             return t
     return n
@@ -476,7 +478,7 @@ def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params
 def layer_starts(
     timeline,
     params: Params = Params(),
-    detectors: tuple[Detector, ...] = DETECTORS,
+    detectors: Sequence[Detector] = DETECTORS,
     asleep: np.ndarray | None = None,
 ) -> np.ndarray:
     """[L]: per layer, the index of the first checkpoint examined (``len(steps)``: none).
@@ -620,14 +622,14 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
 
 
 def detect(
-    timeline, params: Params = Params(), reference=None, detectors: tuple[Detector, ...] = DETECTORS
+    timeline, params: Params = Params(), reference=None, detectors: Sequence[Detector] = DETECTORS
 ) -> list[Alarm]:
     """Every sustained alarm in ``timeline`` (``run_detection(...).alarms``)."""
     return run_detection(timeline, params, reference, detectors).alarms
 
 
 def run_detection(
-    timeline, params: Params = Params(), reference=None, detectors: tuple[Detector, ...] = DETECTORS
+    timeline, params: Params = Params(), reference=None, detectors: Sequence[Detector] = DETECTORS
 ) -> Detection:
     """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
 
@@ -734,7 +736,7 @@ def _layer_scores(cols: list[_Column], n: int) -> dict[str, np.ndarray]:
     return out
 
 
-def detector_for(timeline, name: str, detectors: tuple[Detector, ...] = DETECTORS) -> Detector | None:
+def detector_for(timeline, name: str, detectors: Sequence[Detector] = DETECTORS) -> Detector | None:
     """The detector that watches series ``name`` (None if none does)."""
     return next((det for det in detectors if name in _series_for(timeline, det)), None)
 
@@ -764,7 +766,7 @@ def layer_scores(
     name: str,
     params: Params = Params(),
     reference=None,
-    detectors: tuple[Detector, ...] = DETECTORS,
+    detectors: Sequence[Detector] = DETECTORS,
 ) -> np.ndarray | None:
     """[N, L]: the score the detector of series ``name`` gave each checkpoint, per layer (the
     largest over the layer's scored columns; NaN where nothing was scored), or None when no

@@ -28,6 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -245,11 +246,12 @@ def _listing(folder: Path) -> list[Path]:
 
 def _last_logged_step(path: Path) -> int:
     try:
-        st = parse_json(path.read_bytes())
+        st: Any = parse_json(path.read_bytes())  # any JSON: a wrong shape raises, caught below
         step = st.get("global_step") or max(e.get("step", -1) for e in st["log_history"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):  # JsonError is a ValueError
         return -1  # unreadable: ranked last, read_log will say what is wrong
-    return -1 if as_step(step) is None else as_step(step)
+    n = as_step(step)
+    return -1 if n is None else n
 
 
 def read_log(path: str | Path) -> LossCurve:
@@ -390,7 +392,7 @@ def _rows_jsonl(text: str, path: Path, notes: list[str]) -> list[dict]:
 
 def _rows_trainer_state(text: str, path: Path, notes: list[str]) -> list[dict]:
     try:
-        st = parse_json(text)
+        st: Any = parse_json(text)  # any JSON: a wrong shape raises, caught below
         hist = st["log_history"]
         if not isinstance(hist, list):
             raise TypeError
@@ -534,6 +536,7 @@ def summarize(run_dir: str | Path, log_file: str | Path | None = None, step_offs
     is taken, ``frameworks.Framework.log_step_offset``), so that they count what a checkpoint counts."""
     curve = load_curve(run_dir, log_file)
     if curve is not None and step_offset and len(curve):
+        assert curve.path is not None  # load_curve's curves come from read_log, which names their file
         curve.steps = curve.steps + step_offset
         curve.notes.append(
             f"{curve.path.name}: logged steps shifted by {step_offset:+d} to count completed "

@@ -53,18 +53,21 @@ def resolve_layout(
     merged.update(overrides or {})
     facts = read_config(merged)
 
+    matches: Matches | None
     if user is not None and user.roles:
         matches = _user_matches(user, infos)
         routing = user.options.get("routing")
     else:
         forced = user.family if user is not None else None
         if forced is not None and forced not in BY_NAME:
+            assert user is not None  # forced comes from the layout file
             raise LayoutError(
                 f"[model] family = {forced!r} is not a known family; known: {', '.join(BY_NAME)}", user.path
             )
         matches = match_family(NameIndex(infos), facts, forced)
         if matches is None:
             if forced is not None:
+                assert user is not None  # forced comes from the layout file
                 fam = BY_NAME[forced]
                 raise LayoutError(
                     f"[model] family = {forced!r}, but no tensor matches its names "

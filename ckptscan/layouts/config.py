@@ -226,8 +226,10 @@ def read_config(config: dict | None) -> ConfigFacts:
     qc = config.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("weight_block_size"), list | tuple):
         blk = [_as_int(x) for x in qc["weight_block_size"]]
-        if len(blk) == 2 and all(blk):
-            facts.fp8_block = (blk[0], blk[1])
+        if len(blk) == 2:
+            b0, b1 = blk
+            if b0 and b1:
+                facts.fp8_block = (b0, b1)
     if "uses_rope" in config and isinstance(config["uses_rope"], bool):
         facts.uses_rope = config["uses_rope"]
     return facts

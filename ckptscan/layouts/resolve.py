@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypedDict, overload
 
 from ..errors import LayoutError
 from ..readers.base import TensorInfo
@@ -34,14 +35,16 @@ def normalize(name: str) -> str:
 
 
 class Ref(str):
-    """A tensor name, or one layer of a tensor stacked over layers (shown as ``name[layer]``)."""
+    """A tensor name, or one layer of a tensor stacked over layers (shown as ``name[layer]``).
+
+    The layer is ``layer_index``, not ``index``: an attribute of that name would hide ``str.index``."""
 
     tensor: str
-    index: int | None
+    layer_index: int | None
 
-    def __new__(cls, tensor: str, index: int | None = None):
+    def __new__(cls, tensor: str, index: int | None = None) -> Ref:
         self = super().__new__(cls, tensor if index is None else f"{tensor}[{index}]")
-        self.tensor, self.index = tensor, index
+        self.tensor, self.layer_index = tensor, index
         return self
 
 
@@ -90,7 +93,7 @@ def _match_family(fam: Family, index: NameIndex) -> dict[str, dict[str, dict[int
                     by_prefix.setdefault(int(m.group("layer")), Ref(orig))
                 else:  # stacked over layers: the leading axis is the layer (an empty slice is none)
                     shape = index.infos[orig].shape
-                    for layer in range(shape[0] if len(shape) >= 2 and math.prod(shape[1:]) else 0):
+                    for layer in range(shape[0] if len(shape) >= 2 and math.prod(shape[1:]) != 0 else 0):
                         by_prefix.setdefault(layer, Ref(orig, layer))
     return found
 
@@ -143,6 +146,21 @@ def match_family(index: NameIndex, facts: ConfigFacts, forced: str | None = None
 # ---------------------------------------------------------------- building
 
 
+class _MLACommon(TypedDict):
+    """The fields both parts of an MLA block share (see ``Builder.mla``)."""
+
+    n_heads: int
+    nope: int
+    rope: int
+    v_dim: int
+    kv_lora: int
+    kv_a: Src
+    q: Src | None
+    q_a: Src | None
+    q_a_norm: Src | None
+    q_b: Src | None
+
+
 class Builder:
     """Turns matched roles into AttnBlocks and RouterBlocks, checking every dimension."""
 
@@ -160,17 +178,30 @@ class Builder:
     def name(self, role: str, layer: int) -> str | None:
         return self.m.roles.get(role, {}).get(layer)
 
+    def need(self, role: str, layer: int) -> str:
+        """The tensor of a role that is present for this layer: ``build`` makes blocks only for the
+        layers that have all of an attention kind's roles, and routers only for a router's layers."""
+        name = self.name(role, layer)
+        assert name is not None, f"no {role} tensor for layer {layer}"
+        return name
+
     def shape(self, name: str) -> tuple[int, ...]:
-        if isinstance(name, Ref) and name.index is not None:
+        if isinstance(name, Ref) and name.layer_index is not None:
             return tuple(self.infos[name.tensor].shape[1:])
         return tuple(self.infos[name].shape)
 
+    @overload
+    def src(self, name: str) -> Src: ...
+    @overload
+    def src(self, name: None) -> None: ...
+    @overload
+    def src(self, name: str | None) -> Src | None: ...
     def src(self, name: str | None) -> Src | None:
         """A tensor to read, with its FP8 block scale when the checkpoint stores one."""
         if name is None:
             return None
-        if isinstance(name, Ref) and name.index is not None:
-            return Src(name.tensor, index=name.index)
+        if isinstance(name, Ref) and name.layer_index is not None:
+            return Src(name.tensor, index=name.layer_index)
         name = str(name)
         scale = name + "_scale_inv"
         if scale not in self.infos:
@@ -234,7 +265,7 @@ class Builder:
 
     # -- attention kinds
     def separate(self, layer: int) -> list[AttnBlock]:
-        qn, kn = self.name("q", layer), self.name("k", layer)
+        qn, kn = self.need("q", layer), self.need("k", layer)
         (qr, d), (kr, dk) = self.matrix(qn), self.matrix(kn)
         if d != dk:
             raise LayoutError(f"{qn} {[qr, d]} and {kn} {[kr, dk]} disagree on the hidden size")
@@ -245,10 +276,8 @@ class Builder:
             s = self.numel(qnorm) if qnorm else None
             if s and s < qr and qr % s == 0:
                 h = s  # per-head QK-norm gain: its size is the head dim
-            elif f.n_heads is not None:
-                h = self._split(qn, "rows", qr, f.n_heads)
-            else:
-                self._need_heads(qn)
+            else:  # the head count from the config (_need_heads raises without one)
+                h = self._split(qn, "rows", qr, self._need_heads(qn))
         if qr % h:
             raise LayoutError(f"{qn} has {qr} rows: not a multiple of head_dim {h}")
         H = qr // h
@@ -272,7 +301,7 @@ class Builder:
         return [self._attn(layer, load, H, G, h, d)]
 
     def qkv(self, layer: int, order: str | None = None, n_kv: int | None = None) -> list[AttnBlock]:
-        name = self.name("qkv", layer)
+        name = self.need("qkv", layer)
         rows, d = self.matrix(name)
         if self.fam.transposed:
             rows, d = d, rows
@@ -321,7 +350,7 @@ class Builder:
 
     def falcon(self, layer: int) -> list[AttnBlock]:
         """Falcon's three fused layouts, chosen like transformers' FalconAttention._split_heads."""
-        name = self.name("qkv", layer)
+        name = self.need("qkv", layer)
         rows, d = self.matrix(name)
         f = self.facts
         H = self._need_heads(name)
@@ -335,13 +364,16 @@ class Builder:
 
     def mla(self, layer: int) -> list[AttnBlock]:
         f = self.facts
-        kv_a, kv_b = self.name("kv_a", layer), self.name("kv_b", layer)
+        kv_a, kv_b = self.need("kv_a", layer), self.need("kv_b", layer)
         q, q_a, q_b = self.name("q", layer), self.name("q_a", layer), self.name("q_b", layer)
-        if q is None and (q_a is None or q_b is None):
+        if q is not None:
+            qname = q
+        elif q_a is not None and q_b is not None:
+            qname = q_b
+        else:
             raise LayoutError(
                 f"layer {layer}: {kv_a} found but no q projection (q_proj or q_a_proj + q_b_proj)"
             )
-        qname = q if q is not None else q_b
         H = self._need_heads(qname)
         (kva_r, d), (kvb_r, kv_lora) = self.matrix(kv_a), self.matrix(kv_b)
         self._check(kv_b, "kv_lora_rank", kv_lora, f.kv_lora_rank, "kv_lora_rank")
@@ -358,6 +390,7 @@ class Builder:
                 f"{kv_b}: MLA dimensions nope={nope} rope={rope} v={v_dim} for {H} heads are not positive"
             )
         if q is None:
+            assert q_a is not None  # checked above: without q_proj, q_a_proj and q_b_proj are both present
             qa_r, qa_d = self.matrix(q_a)
             if qa_r != q_in or qa_d != d:
                 raise LayoutError(f"{q_a} {[qa_r, qa_d]} does not feed {q_b} {[qr, q_in]} from hidden {d}")
@@ -365,7 +398,7 @@ class Builder:
         qan = self.name("q_a_norm", layer)
         kvn = self.name("kv_a_norm", layer)
         lora = q is None
-        common = {
+        common: _MLACommon = {
             "n_heads": H,
             "nope": nope,
             "rope": rope,
@@ -416,7 +449,7 @@ class Builder:
 
     # -- router
     def router(self, layer: int, hidden: int | None, routing: str | None) -> RouterBlock:
-        name = self.name("router", layer)
+        name = self.need("router", layer)
         f = self.facts
         if self.fam.router_flat and len(self.shape(name)) == 1:
             d = hidden or f.hidden_size
@@ -459,7 +492,7 @@ class Builder:
         for layer in layers:
             missing = [r for r in need if self.name(r, layer) is None]
             if missing:
-                have = [self.name(r, layer) for r in need if self.name(r, layer)]
+                have = [n for r in need if (n := self.name(r, layer))]
                 raise LayoutError(
                     f"layer {layer}: {', '.join(have)} found but no {'/'.join(missing)} "
                     f"tensor for it ({fam.name} layout)"
@@ -492,7 +525,7 @@ class Builder:
         n = len(self.infos)
         for by_layer in self.m.roles.values():
             for layer, name in by_layer.items():
-                if layer >= n and not (isinstance(name, Ref) and name.index is not None):
+                if layer >= n and not (isinstance(name, Ref) and name.layer_index is not None):
                     raise LayoutError(
                         f"{name} names layer {layer}, but the checkpoint holds only {n} "
                         f"tensors: not a layer index"

@@ -172,6 +172,8 @@ class MLA:
         H = self.n_heads
         if self.q is not None:
             return self.q.load(read).reshape(H, self.nope + self.rope, -1)
+        # Builder.mla sets q_a and q_b whenever it leaves q out
+        assert self.q_a is not None and self.q_b is not None, "MLA without q needs q_a and q_b"
         q_a = self.q_a.load(read)
         if self.q_a_norm is not None:
             q_a = q_a * self.q_a_norm.load(read).reshape(-1, 1)
@@ -183,6 +185,7 @@ class MLA:
         kv_a = self.kv_a.load(read)
         if self.part == "rope":
             return qh[:, self.nope :].contiguous(), kv_a[self.kv_lora :].reshape(1, self.rope, -1)
+        assert self.kv_b is not None, "MLA's nope part needs kv_b"  # Builder.mla sets it for that part
         lat = kv_a[: self.kv_lora]
         if self.kv_a_norm is not None:
             lat = lat * self.kv_a_norm.load(read).reshape(-1, 1)

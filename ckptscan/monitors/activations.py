@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -243,6 +243,13 @@ def apply_rope(x: torch.Tensor, rope: RopeSpec) -> torch.Tensor:
 # attention
 
 
+class _TensorOptions(TypedDict):
+    """Keyword arguments of torch's tensor factories (``torch.full(..., **opts)``)."""
+
+    dtype: torch.dtype
+    device: torch.device
+
+
 def _project(x_b: torch.Tensor, w: torch.Tensor, rope: RopeSpec | None) -> torch.Tensor:
     """x_b [T, d] and w [N, h, d] -> per-head projections [N, T, h] (RoPE applied when given)."""
     n, h, d = w.shape
@@ -276,20 +283,25 @@ def attention_activation_monitors(
     n_heads, h, _ = wq.shape
     if wq.shape[-1] != d or wk.shape[-1] != d or wk.shape[1] != h:
         raise ValueError(f"shape mismatch: x {tuple(x.shape)}, wq {tuple(wq.shape)}, wk {tuple(wk.shape)}")
-    prev = (x_prev, wq_prev, wk_prev)
-    have_prev = all(p is not None for p in prev)
-    if any(p is not None for p in prev) and not have_prev:
+    given = [p is not None for p in (x_prev, wq_prev, wk_prev)]
+    if any(given) and not all(given):
         raise ValueError("x_prev, wq_prev and wk_prev must be given together")
-    if have_prev and (x_prev.shape != x.shape or wq_prev.shape != wq.shape or wk_prev.shape != wk.shape):
-        raise ValueError("previous activations/weights differ in shape from the current ones")
+    prev: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    if x_prev is not None and wq_prev is not None and wk_prev is not None:
+        if x_prev.shape != x.shape or wq_prev.shape != wq.shape or wk_prev.shape != wk.shape:
+            raise ValueError("previous activations/weights differ in shape from the current ones")
+        prev = (x_prev, wq_prev, wk_prev)
     rope = RopeSpec.of(rope)
     dev = x.device
     x = x.float()
     wq, wk = wq.to(dev, torch.float32), wk.to(dev, torch.float32)
     kv_index = kv_index.to(dev, torch.long)
-    if have_prev:
-        x_prev = x_prev.to(dev, torch.float32)
-        wq_prev, wk_prev = wq_prev.to(dev, torch.float32), wk_prev.to(dev, torch.float32)
+    if prev is not None:
+        prev = (
+            prev[0].to(dev, torch.float32),
+            prev[1].to(dev, torch.float32),
+            prev[2].to(dev, torch.float32),
+        )
 
     scale = 1.0 / math.sqrt(h)
     chunk = max(1, min(n_heads, _SCORE_BUDGET // max(1, t_n * t_n)))
@@ -298,7 +310,7 @@ def attention_activation_monitors(
     rows = slice(1, None)  # row 0 has a single key: no choice, excluded from entropies and ties
     n_rows = b_n * (t_n - 1)
 
-    f64 = {"dtype": torch.float64, "device": dev}
+    f64: _TensorOptions = {"dtype": torch.float64, "device": dev}
     max_logit = torch.full((n_heads,), -math.inf, **f64)
     ent_sum = torch.zeros(n_heads, **f64)
     ent_min = torch.full((n_heads,), math.inf, **f64)
@@ -309,9 +321,10 @@ def attention_activation_monitors(
     for b in range(b_n):
         q_all = _project(x[b], wq, rope) * scale  # [H, T, h], the 1/sqrt(h) folded into Q
         k_all = _project(x[b], wk, rope)  # [G, T, h]
-        if have_prev:
-            q_prev = _project(x_prev[b], wq_prev, rope) * scale
-            k_prev = _project(x_prev[b], wk_prev, rope)
+        if prev is not None:
+            x_p, wq_p, wk_p = prev
+            q_prev = _project(x_p[b], wq_p, rope) * scale
+            k_prev = _project(x_p[b], wk_p, rope)
         for j0 in range(0, n_heads, chunk):
             js = slice(j0, min(n_heads, j0 + chunk))
             q = q_all[js]
@@ -334,7 +347,7 @@ def attention_activation_monitors(
             sv2 = lowrank_sq_singular_values(q, k)
             for a in (1.0, 2.0):
                 s_ent[a][b, js] = spectral_entropy(sv2, a)
-            if have_prev:
+            if prev is not None:
                 qp = q_prev[js]
                 kp = k_prev.index_select(0, kv_index[js])
                 a_mat = torch.cat([q - qp, qp], dim=-1)  # [c, T, 2h]

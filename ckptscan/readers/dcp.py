@@ -21,9 +21,10 @@ from __future__ import annotations
 import io
 import math
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Self
+from typing import BinaryIO, Protocol, Self, TypeGuard
 
 import torch
 
@@ -57,10 +58,55 @@ _ALLOWED: dict[str, set[str]] = {
 }
 
 
+# The fields of torch's DCP metadata classes that this reader uses, as it relies on them once
+# load_metadata has checked their types (_check_types); torch's classes are imported only on first use.
+
+
+class ChunkMeta(Protocol):
+    """``ChunkStorageMetadata``: where one chunk of a tensor lies."""
+
+    offsets: Sequence[int]
+    sizes: Sequence[int]
+
+
+class TensorPropertiesMeta(Protocol):
+    dtype: torch.dtype
+
+
+class TensorMeta(Protocol):
+    """``TensorStorageMetadata``: a tensor's global size, dtype and chunks."""
+
+    size: Sequence[int]
+    properties: TensorPropertiesMeta
+    chunks: list[ChunkMeta]
+
+
+class StorageIndex(Protocol):
+    """``MetadataIndex``: a tensor name and the offsets of one of its chunks."""
+
+    fqn: str
+    offset: Sequence[int] | None
+
+
+class StorageInfo(Protocol):
+    """``_StorageInfo``: the bytes that hold one chunk."""
+
+    relative_path: str
+    offset: int
+    length: int
+
+
+class DcpMetadata(Protocol):
+    """``Metadata``: tensor (and non-tensor) entries, and where each chunk is stored."""
+
+    state_dict_metadata: dict[str, object]  # TensorStorageMetadata | BytesStorageMetadata
+    storage_data: dict[StorageIndex, StorageInfo]
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     """Resolves only the globals a DCP ``.metadata`` pickle legitimately contains."""
 
-    def __init__(self, file: io.BufferedIOBase, path: Path):
+    def __init__(self, file: BinaryIO, path: Path):
         super().__init__(file)
         self._path = path
 
@@ -84,7 +130,7 @@ def _dcp_metadata_module(path: Path) -> ModuleType:
     return dcp_meta
 
 
-def load_metadata(folder: Path) -> object:
+def load_metadata(folder: Path) -> DcpMetadata:
     """Unpickle ``folder/.metadata`` safely; returns torch's ``Metadata`` object."""
     path = folder / METADATA_FILE
     dcp_meta = _dcp_metadata_module(path)
@@ -104,7 +150,7 @@ def load_metadata(folder: Path) -> object:
     return meta
 
 
-def _ints(v: object, n: int | None = None) -> bool:
+def _ints(v: object, n: int | None = None) -> TypeGuard[tuple[int, ...] | list[int]]:
     """A sequence of non-negative ints (of length ``n`` when given)."""
     return (
         isinstance(v, (tuple, list))
@@ -113,7 +159,7 @@ def _ints(v: object, n: int | None = None) -> bool:
     )
 
 
-def _check_types(meta: object, dcp_meta: ModuleType, path: Path) -> None:
+def _check_types(meta: DcpMetadata, dcp_meta: ModuleType, path: Path) -> None:
     """The unpickled objects have the types the reader relies on: an allow-listed class can still carry
     any value in its fields (``chunks=None``, a string size), which would fail far from here."""
     for fqn, md in meta.state_dict_metadata.items():
@@ -164,7 +210,7 @@ class DcpSource:
         self._meta_path = folder / METADATA_FILE
         meta = load_metadata(folder)
         dcp_meta = _dcp_metadata_module(self._meta_path)
-        self._tensors = {
+        self._tensors: dict[str, TensorMeta] = {
             fqn: md
             for fqn, md in meta.state_dict_metadata.items()
             if isinstance(md, dcp_meta.TensorStorageMetadata)
@@ -176,7 +222,7 @@ class DcpSource:
         }
         self._infos: dict[str, TensorInfo] | None = None
 
-    def _storage_info(self, fqn: str, chunk: object) -> object:
+    def _storage_info(self, fqn: str, chunk: ChunkMeta) -> StorageInfo:
         info = self._storage.get((fqn, tuple(chunk.offsets)))
         if info is None:
             raise FormatError(
@@ -212,7 +258,7 @@ class DcpSource:
             full[where] = self._load_chunk(name, chunk, sizes, dtype)
         return full
 
-    def _check_chunks(self, name: str, md: object, size: tuple[int, ...], dtype: torch.dtype) -> None:
+    def _check_chunks(self, name: str, md: TensorMeta, size: tuple[int, ...], dtype: torch.dtype) -> None:
         """The chunks lie inside the tensor, cover exactly its elements, and each has at least the bytes
         of its elements stored: the declared size is backed by the files before it is allocated."""
         covered = 0
@@ -239,12 +285,13 @@ class DcpSource:
             )
 
     def _load_chunk(
-        self, name: str, chunk: object, sizes: tuple[int, ...], dtype: torch.dtype
+        self, name: str, chunk: ChunkMeta, sizes: tuple[int, ...], dtype: torch.dtype
     ) -> torch.Tensor:
         info = self._storage_info(name, chunk)
-        if getattr(info, "transform_descriptors", None):
+        transforms = getattr(info, "transform_descriptors", None)  # newer torch only
+        if transforms:
             raise FormatError(
-                f"tensor {name!r}: unsupported DCP storage transform {info.transform_descriptors}",
+                f"tensor {name!r}: unsupported DCP storage transform {transforms}",
                 self._meta_path,
             )
         path = safe_member(self.path, info.relative_path, self._meta_path)

@@ -167,6 +167,7 @@ class ReplayChecker:
         from ckptscan.errors import ReplayError
 
         proc = self._start()
+        assert proc.stdin is not None  # _start opens the worker with stdin=PIPE
         try:
             proc.stdin.write(json.dumps({"path": str(path), "budget": budget}) + "\n")
             proc.stdin.flush()
@@ -212,7 +213,8 @@ class ReplayChecker:
             self._proc.wait()
             for stream in (self._proc.stdin, self._proc.stdout):
                 with contextlib.suppress(OSError):  # a pipe to a killed worker may refuse a flush
-                    stream.close()
+                    if stream is not None:  # both are pipes (_start)
+                        stream.close()
             self._proc = None
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self, overload
 
 import numpy as np
 import torch
@@ -253,7 +253,17 @@ class ReplayFile:
             )
         return ds
 
-    def _activation(self, layer, name, expected_last, seqs, required) -> torch.Tensor | None:
+    @overload
+    def _activation(
+        self, layer: int, name: str, expected_last: int | None, seqs: slice | None, required: Literal[True]
+    ) -> torch.Tensor: ...
+    @overload
+    def _activation(
+        self, layer: int, name: str, expected_last: int | None, seqs: slice | None, required: bool
+    ) -> torch.Tensor | None: ...
+    def _activation(
+        self, layer: int, name: str, expected_last: int | None, seqs: slice | None, required: bool
+    ) -> torch.Tensor | None:
         ds = self._dataset(layer, name, expected_last)
         if ds is None:
             if required:

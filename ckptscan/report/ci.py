@@ -73,7 +73,7 @@ def _suite(run: str, summary: dict) -> ET.Element:
     return suite
 
 
-def _wrap(suite: ET.Element, cases: list[ET.Element], elapsed: float) -> ET.ElementTree:
+def _wrap(suite: ET.Element, cases: list[ET.Element], elapsed: float) -> ET.ElementTree[ET.Element]:
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
     suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
@@ -81,13 +81,13 @@ def _wrap(suite: ET.Element, cases: list[ET.Element], elapsed: float) -> ET.Elem
     suite.set("time", f"{elapsed:.3f}")
     root = ET.Element("testsuites", name="ckptscan")
     for k in ("tests", "failures", "errors", "time"):
-        root.set(k, suite.get(k))
+        root.set(k, suite.get(k, ""))  # each set just above
     root.append(suite)
     ET.indent(root)
     return ET.ElementTree(root)
 
 
-def junit_tree(result) -> ET.ElementTree:
+def junit_tree(result) -> ET.ElementTree[ET.Element]:
     s = result.summary
     v = data.verdict(s)
     o = data.outcome(s)
@@ -154,7 +154,7 @@ def junit_tree(result) -> ET.ElementTree:
     return _wrap(suite, cases, elapsed)
 
 
-def no_verdict_junit(message: str, run: str) -> ET.ElementTree:
+def no_verdict_junit(message: str, run: str) -> ET.ElementTree[ET.Element]:
     """The JUnit file of a command that stopped before judging: its verdict case errors."""
     suite = _suite(run, {"started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")})
     c = ET.SubElement(suite, "testcase", name="verdict", classname=f"ckptscan.{run_id(run)}", time="0.000")
@@ -167,7 +167,7 @@ def write_junit(result, path: str | Path) -> Path:
     return _write_tree(junit_tree(result), path)
 
 
-def _write_tree(tree: ET.ElementTree, path: str | Path) -> Path:
+def _write_tree(tree: ET.ElementTree[ET.Element], path: str | Path) -> Path:
     from ckptscan.store.timeline import atomic_write
 
     path = Path(path)

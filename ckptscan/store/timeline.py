@@ -128,6 +128,8 @@ def _atomic_write(path: Path, data: bytes | str | None, writer) -> None:
             writer(Path(tmp))
         else:
             with os.fdopen(fd, "wb") as f:
+                if data is None:  # as f.write(None) would: the temporary file is removed below
+                    raise TypeError("atomic_write needs data or a writer")
                 f.write(data.encode() if isinstance(data, str) else data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -154,7 +156,7 @@ def save_part(path: Path, identity: dict, values: dict[str, np.ndarray], extra: 
     for k, v in (extra or {}).items():
         arrays[f"x:{k}"] = np.asarray(v)
     arrays["identity"] = np.frombuffer(json.dumps(identity, sort_keys=True).encode(), dtype=np.uint8)
-    np.savez(buf, **arrays)
+    np.savez(buf, allow_pickle=True, **arrays)  # numpy's default, named: no array is taken for it
     atomic_write(path, buf.getvalue())
 
 
