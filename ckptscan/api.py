@@ -329,6 +329,7 @@ def _analyze_url(url: str, cfg: AnalysisConfig, *, out_dir: str | Path | None, *
     finally:
         remote.unmount(m)
     res.summary = show(res.summary)
+    res.summary["command"] = [remote.redact(a) if is_url(a) else a for a in res.summary["command"]]
     res.skipped = [Skipped(show(s.path), show(s.reason), s.error) for s in res.skipped]
     atomic_write(out / "summary.json", res.to_json())
     return res

@@ -458,3 +458,11 @@ def test_a_corrupt_or_unreadable_remote_checkpoint_is_skipped(s3, tmp_path):
     assert [s.path for s in got.skipped][0].startswith("s3://corrupt/run/")
     assert got.exit_code() == local.exit_code() == 1
     assert got.verdict == local.verdict
+
+
+def test_file_system_errors_are_told_without_secrets():
+    from ckptscan.readers.remote import _scrub
+
+    url = "s3://AKIA:s3cr3t@bucket/run?X-Amz-Signature=abc"
+    said = _scrub('Invalid bucket name "AKIA:s3cr3t@bucket" (X-Amz-Signature=abc)', url)
+    assert "s3cr3t" not in said and "AKIA" not in said and "Signature=abc" not in said

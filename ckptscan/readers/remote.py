@@ -43,6 +43,15 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def _scrub(text: str, url: str) -> str:
+    """``text`` (a file system's error) without the URL's user info or query string."""
+    parts = urlsplit(str(url))
+    for secret in (parts.password, parts.username, parts.query):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
 def _fs(url: str, storage_options: dict | None):
     try:
         import fsspec
@@ -233,7 +242,8 @@ class Mount:
     """A run at ``url`` mirrored at ``root`` (a local folder inside the output folder)."""
 
     def __init__(self, url: str, root: Path, storage_options: dict | None = None):
-        self.url = url.rstrip("/")
+        parts = urlsplit(url)  # a run's URL names a folder: a query string is dropped
+        self.url = urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
         self.shown = redact(self.url)
         self.root = root
         self.storage_options = storage_options
@@ -254,8 +264,8 @@ class Mount:
             found = self.fs.find(self.base, detail=True)
         except FileNotFoundError:
             raise InputError("no such run (nothing listed there)", self.shown) from None
-        except OSError as e:
-            raise InputError(f"cannot list: {e}", self.shown) from None
+        except Exception as e:  # noqa: BLE001 -- a file system's own error, told without secrets
+            raise InputError(f"cannot list: {_scrub(str(e), self.url)}", self.shown) from None
         if not found:
             raise InputError("no such run (nothing listed there)", self.shown)
         manifest_file = self.root.parent / MANIFEST
