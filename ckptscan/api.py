@@ -36,6 +36,7 @@ from ckptscan.limits import JsonError, parse_json
 from ckptscan.pipeline.activations import add_churn_final
 from ckptscan.pipeline.analyzer import Options, baseline_out_dir, check_outputs, resolve_device
 from ckptscan.pipeline.executors import run_with
+from ckptscan.readers.remote import is_url
 from ckptscan.store.timeline import Timeline, assemble, atomic_write, make_dir
 
 SCHEMA = "ckptscan/1"
@@ -132,6 +133,16 @@ def analyze(
         config = AnalysisConfig(**options)
     elif options:
         raise TypeError(f"analyze: give an AnalysisConfig or its fields, not both ({', '.join(options)})")
+    if is_url(run_dir):
+        return _analyze_url(
+            str(run_dir),
+            config,
+            out_dir=out_dir,
+            on_progress=on_progress,
+            debug=debug,
+            command=command,
+            until_step=until_step,
+        )
     t0 = time.time()
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     run_dir = Path(run_dir)
@@ -266,6 +277,64 @@ def analyze(
     return result
 
 
+REMOTE_DIR = "remote"  # in an output folder: the mirror of a run at a URL (readers/remote.py)
+
+
+def _analyze_url(url: str, cfg: AnalysisConfig, *, out_dir: str | Path | None, **kwargs) -> Result:
+    """A run at a URL (``s3://bucket/run``, any fsspec URL): its tree mirrored inside the (local)
+    output folder, weights as empty placeholders read at their URL with ranged reads
+    (``readers/remote.py``), then analysed as a local run; what is shown names the URL (redacted)."""
+    from ckptscan.errors import CkptscanError
+    from ckptscan.readers import remote
+
+    shown = remote.redact(url)
+    if cfg.executor != "local":
+        raise UsageError(f"{shown}: a run at a URL is analysed with --executor local (for now)")
+    out = Path(out_dir) if out_dir is not None else default_out_dir(url, cfg.selection)
+    check_outputs([cfg.baseline], out)
+    holder = out / REMOTE_DIR / "url.txt"
+    try:
+        held = holder.read_text().strip()
+    except OSError:
+        held = None
+    if held is not None and held != shown:
+        raise UsageError(
+            f"output folder {out} holds the results of another run ({held}); choose another with -o"
+        )
+    make_dir(out / REMOTE_DIR)
+    atomic_write(holder, shown + "\n")
+    mirror = out / REMOTE_DIR / "run"
+    m = remote.mount(url, mirror, None)
+    roots = sorted({str(mirror), str(mirror.resolve())}, key=len, reverse=True)
+
+    def show(x):
+        if isinstance(x, str):
+            for r in roots:
+                x = x.replace(r, shown)
+            return x
+        if isinstance(x, dict):
+            return {k: show(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [show(v) for v in x]
+        return x
+
+    try:
+        res = analyze(mirror, cfg, out_dir=out, **kwargs)
+    except CkptscanError as e:
+        e.args = tuple(show(a) for a in e.args)
+        for attr in ("message", "path"):
+            if isinstance(getattr(e, attr, None), (str, Path)):
+                setattr(e, attr, show(str(getattr(e, attr))))
+        raise
+    finally:
+        remote.unmount(m)
+    res.summary = show(res.summary)
+    res.summary["command"] = [remote.redact(a) if is_url(a) else a for a in res.summary["command"]]
+    res.skipped = [Skipped(show(s.path), show(s.reason), s.error) for s in res.skipped]
+    atomic_write(out / "summary.json", res.to_json())
+    return res
+
+
 def _reference(cfg: AnalysisConfig, out: Path) -> Reference:
     """The ``baseline`` run analysed with the same configuration (its results cached inside ``out``)."""
     cache = baseline_out_dir(out, cfg.baseline)
@@ -281,12 +350,19 @@ def _selection_words(selection: dict) -> str:
     return " ".join(words) or "all checkpoints"
 
 
-def default_out_dir(run_dir: Path, selection: dict) -> Path:
+def default_out_dir(run_dir: Path | str, selection: dict) -> Path:
     """``./ckptscan-out/<run-name>/``, with the selection in the name when there is one
     (``<run-name>.every-2``), and a hash of the run's path added when that folder already holds
-    another run of the same name."""
-    resolved = run_dir.resolve()
-    name = resolved.name
+    another run of the same name.  A run at a URL: its last path component, keyed by the URL."""
+    from ckptscan.readers.remote import is_url, redact
+
+    resolved: Path | str
+    if is_url(run_dir):
+        resolved = redact(str(run_dir)).rstrip("/")
+        name = resolved.rsplit("/", 1)[-1] or "run"
+    else:
+        resolved = Path(run_dir).resolve()
+        name = resolved.name
     for key, value in selection.items():
         if value is not None:
             text = str(value) if key != "step_regex" else hashlib.sha256(value.encode()).hexdigest()[:8]

@@ -178,6 +178,19 @@ def _existing(dir_okay=True, file_okay=True):
     return click.Path(exists=True, dir_okay=dir_okay, file_okay=file_okay, path_type=Path)
 
 
+class _RunDir(click.ParamType):
+    """An existing local folder, or a URL (``s3://bucket/run``: any fsspec URL, kept as given)."""
+
+    name = "RUN_DIR"
+
+    def convert(self, value, param, ctx):
+        from ckptscan.readers.remote import is_url
+
+        if isinstance(value, str) and is_url(value):
+            return value
+        return _existing(file_okay=False).convert(value, param, ctx)
+
+
 def _report_options(verb: str):
     """One ``--<name> FILE`` option per registered report format (``report/formats.py``)."""
     from ckptscan.report.formats import REPORT_FORMATS
@@ -289,7 +302,7 @@ FAIL_ON_HELP = (
 
 
 @main.command()
-@click.argument("run_dir", type=_existing(file_okay=False))
+@click.argument("run_dir", type=_RunDir())
 @click.option(
     "-o",
     "--out",
@@ -395,7 +408,8 @@ def analyze(
         workers=workers,
     )
     # before anything is written
-    check_outputs([run_dir, baseline], files=tuple(report_files.values()))
+    local_run = None if isinstance(run_dir, str) else run_dir  # a URL: nothing local to protect
+    check_outputs([local_run, baseline], files=tuple(report_files.values()))
     with _progress(not quiet) as on_progress:
         result = run(
             run_dir,

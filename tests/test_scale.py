@@ -370,3 +370,99 @@ def test_urls_are_shown_without_credentials():
     assert redact("s3://AKIA:secret@bucket/run/ck?X-Amz-Signature=abc#f") == "s3://bucket/run/ck"
     assert redact("https://u:p@host:8443/a/b?sig=1") == "https://host:8443/a/b"
     assert is_url("gs://b/run") and not is_url("/data/run")
+
+
+# --- a whole run at an S3 URL: ckptscan analyze s3://bucket/run
+
+
+def _small_and_weights(run: Path) -> tuple[int, int]:
+    files = [p for p in run.rglob("*") if p.is_file()]
+    weights = sum(p.stat().st_size for p in files if p.name.endswith(".safetensors"))
+    return sum(p.stat().st_size for p in files) - weights, weights
+
+
+def assert_same_series(a: Path, b: Path) -> None:
+    """Every part's series and extras equal (NaN where NaN); identities differ (local vs remote)."""
+    pa, pb = _parts(a), _parts(b)
+    assert pa.keys() == pb.keys() and pa
+    for name in pa:
+        (_, va, ea), (_, vb, eb) = pa[name], pb[name]
+        assert va.keys() == vb.keys() and ea.keys() == eb.keys(), name
+        for k in va:
+            assert np.array_equal(va[k], vb[k], equal_nan=True), (name, k)
+        for k in ea:
+            assert np.array_equal(ea[k], eb[k]), (name, k)
+
+
+@pytest.mark.slow
+def test_analyze_a_run_at_an_s3_url(s3, tmp_path):
+    """``ckptscan analyze s3://bucket/run``: the local analysis's series and verdict, with only the
+    headers, the q/k/router tensors and the small files (config, log, replay) served; a second run
+    (the CLI) reuses every part and fetches no tensor."""
+    from ckptscan.store.timeline import Timeline
+
+    run = DRILLS / "lowprec-moe"
+    _upload(run, "whole")
+    local = analyze(run, out_dir=tmp_path / "local", device="cpu")
+    before = s3.served
+    got = analyze("s3://whole/lowprec-moe", out_dir=tmp_path / "s3", device="cpu")
+    served = s3.served - before
+    assert_same_series(tmp_path / "local", tmp_path / "s3")
+    assert got.verdict == local.verdict and got.exit_code() == local.exit_code() == 1
+    assert got.summary["checkpoints"]["steps"] == local.summary["checkpoints"]["steps"]
+    assert got.summary["run"] == "s3://whole/lowprec-moe" and not got.skipped
+    assert "/remote/run" not in json.dumps(got.summary)  # the mirror is never what is shown
+    tl, tr = Timeline.load(tmp_path / "local" / "timeline.h5"), Timeline.load(tmp_path / "s3" / "timeline.h5")
+    assert tl.names() == tr.names()
+    small, weights = _small_and_weights(run)
+    # at least the small files whole and one q/k/router set per checkpoint; far below the weights
+    per_ckpt = 30_000  # q, k and router bytes of one drill checkpoint (test above: 30,184 with header)
+    assert small + 15 * per_ckpt < served < small + 0.25 * weights, (served, small, weights)
+    before = s3.served
+    cmd = [
+        sys.executable,
+        "-m",
+        "ckptscan.cli",
+        "analyze",
+        "s3://whole/lowprec-moe",
+        "-o",
+        str(tmp_path / "s3"),
+    ]
+    res = subprocess.run(
+        [*cmd, "--device", "cpu", "--json", "--fail-on", "never"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    again = json.loads(res.stdout)
+    assert again["checkpoints"]["reused"] == 15 and again["verdict"] == local.verdict
+    assert s3.served - before < 0.1 * weights  # a listing and the headers: no small file copied again
+
+
+@pytest.mark.slow
+def test_a_corrupt_or_unreadable_remote_checkpoint_is_skipped(s3, tmp_path):
+    run = _corrupt_run(tmp_path)
+    (run / "checkpoint-1600").mkdir()
+    (run / "checkpoint-1600" / "pytorch_model.bin").write_bytes(b"PK not read")
+    _upload(run, "corrupt")
+    local = analyze(run, out_dir=tmp_path / "local", device="cpu")
+    got = analyze("s3://corrupt/run", out_dir=tmp_path / "s3", device="cpu")
+    reasons = {Path(s.path).name: s.reason for s in got.skipped}
+    want = {Path(s.path).name: s.reason for s in local.skipped}
+    assert reasons.keys() == want.keys() == {"checkpoint-500", "checkpoint-1600", "replay.h5"}
+    assert "truncated" in reasons["checkpoint-500"] and "truncated" in want["checkpoint-500"]
+    assert "remote runs: only safetensors checkpoints are read over fsspec" in reasons["checkpoint-1600"]
+    assert "pytorch_model.bin" in reasons["checkpoint-1600"]
+    assert all("\n" not in r and "/remote/run" not in r for r in reasons.values())
+    assert [s.path for s in got.skipped][0].startswith("s3://corrupt/run/")
+    assert got.exit_code() == local.exit_code() == 1
+    assert got.verdict == local.verdict
+
+
+def test_file_system_errors_are_told_without_secrets():
+    from ckptscan.readers.remote import _scrub
+
+    url = "s3://AKIA:s3cr3t@bucket/run?X-Amz-Signature=abc"
+    said = _scrub('Invalid bucket name "AKIA:s3cr3t@bucket" (X-Amz-Signature=abc)', url)
+    assert "s3cr3t" not in said and "AKIA" not in said and "Signature=abc" not in said

@@ -38,6 +38,7 @@ from ckptscan.monitors.registry import BlockStep, Family
 from ckptscan.pipeline.activations import ReplayState, activation_values, topk_by_layer
 from ckptscan.readers import open_checkpoint
 from ckptscan.readers._common import file_stat
+from ckptscan.readers.remote import RemoteSafetensorsSource
 from ckptscan.readers.torchfile import TorchSource
 from ckptscan.replay.check import ReplayChecker
 from ckptscan.replay.contract import find_replay
@@ -143,9 +144,12 @@ def _weight_files(src) -> dict[str, Path]:
 
 
 def file_identity(src, config_path: str | None) -> dict:
-    """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing)."""
+    """Sizes and mtimes of every file the checkpoint's tensors live in (cheap, no hashing); at a URL,
+    sizes and versions (ETag, else mtime) from the object storage's listing."""
     ident: dict[str, list | None] = {}
-    for rel, p in _weight_files(src).items():
+    if isinstance(src, RemoteSafetensorsSource):
+        ident.update(src.identity())
+    for rel, p in ({} if isinstance(src, RemoteSafetensorsSource) else _weight_files(src)).items():
         try:
             st = p.stat()
             ident[rel] = [st.st_size, st.st_mtime_ns]
@@ -214,7 +218,8 @@ class Analyzer:
                 layout.notes.append(f"model config from {config_path}")
             if self.layout_desc is None:
                 self.layout_desc = layout.describe()
-            outside = self._outside(_weight_files(src).values())
+            remote = isinstance(src, RemoteSafetensorsSource)  # at its URL: no local file to resolve
+            outside = [] if remote else self._outside(_weight_files(src).values())
             if stored is not None and not _has_every_series(stored[0], layout):
                 stored = None  # stored before a family registered now: computed again
             if stored is not None:

@@ -43,10 +43,10 @@ from ckptscan.errors import CkptscanError, FormatError, unexpected
 
 # each reader module registers its format when imported: the import order does not matter
 # (``Format.precedence`` does)
-from ckptscan.readers import dcp, deepspeed, safetensors_, torchfile  # noqa: F401
+from ckptscan.readers import dcp, deepspeed, remote, safetensors_, torchfile  # noqa: F401
 from ckptscan.readers._common import os_error, safe_member
 from ckptscan.readers.base import TensorInfo, TensorSource
-from ckptscan.readers.registry import FORMATS, Listing, Plan, is_model_file, looked_for
+from ckptscan.readers.registry import FORMATS, Listing, Plan, is_model_file, looked_for, weight_files
 
 __all__ = ["TensorInfo", "TensorSource", "detect_format", "is_complete", "open_checkpoint"]
 
@@ -122,12 +122,22 @@ def detect_format(path: Path) -> str | None:
 
 
 def open_checkpoint(path: Path, trust_pickle: bool = False) -> TensorSource:
-    """Open the model weights of a checkpoint folder or file (rules in the module docstring)."""
+    """Open the model weights of a checkpoint folder or file (rules in the module docstring).
+
+    A checkpoint inside the mirror of a run at a URL (``remote.mount``) is opened at its URL."""
     path = Path(path)
     plan = _plan(path)
     if isinstance(plan, str):
         raise FormatError(plan, path)
+    m = remote.mounted(path)
+    if m is not None:
+        src: TensorSource = remote.open_mounted(m, plan.format, path, _plan_files(plan))  # type: ignore[assignment]  # path: its redacted URL
+        return src
     return plan.reader.open(plan, trust_pickle)
+
+
+def _plan_files(plan: Plan) -> list[Path]:
+    return [plan.index] if plan.index is not None else plan.files
 
 
 def is_complete(path: Path) -> tuple[bool, str]:
@@ -142,6 +152,12 @@ def is_complete(path: Path) -> tuple[bool, str]:
         plan = _plan(path)
         if isinstance(plan, str):
             return False, plan
+        m = remote.mounted(path)
+        if m is not None:  # the headers at the URL (their sizes), and an index's shards listed
+            if plan.index is not None:
+                weight_files(plan)
+            remote.open_mounted(m, plan.format, path, _plan_files(plan)).close()
+            return True, ""
         plan.reader.check_complete(plan)
     except CkptscanError as err:
         return False, str(err)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
-from pathlib import PurePosixPath
+from collections import OrderedDict
+from pathlib import Path, PurePosixPath
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,6 +43,15 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def _scrub(text: str, url: str) -> str:
+    """``text`` (a file system's error) without the URL's user info or query string."""
+    parts = urlsplit(str(url))
+    for secret in (parts.password, parts.username, parts.query):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
 def _fs(url: str, storage_options: dict | None):
     try:
         import fsspec
@@ -52,6 +63,28 @@ def _fs(url: str, storage_options: dict | None):
         return fsspec.core.url_to_fs(url, **(storage_options or {}))
     except (ImportError, ValueError) as e:  # no file system for the scheme, or its package missing
         raise UsageError(f"{redact(url)}: {e}") from None
+
+
+# ranged reads kept in this process (least recently used first out), so that a tensor read twice (by
+# two monitor families, or as the next checkpoint's previous one) is fetched once
+CACHE_BYTES = int(os.environ.get("CKPTSCAN_REMOTE_CACHE_MB", "1024")) * 2**20
+_CACHE: OrderedDict[tuple[str, str, int, int, int], bytes] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _remember(key: tuple[str, str, int, int, int], data: bytes) -> None:
+    if len(data) > CACHE_BYTES:
+        return
+    with _cache_lock:
+        _CACHE[key] = data
+        total = sum(len(v) for v in _CACHE.values())
+        while total > CACHE_BYTES and _CACHE:
+            total -= len(_CACHE.popitem(last=False)[1])
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _CACHE.clear()
 
 
 class RemoteFile:
@@ -74,6 +107,11 @@ class RemoteFile:
     def read(self, offset: int, n: int) -> bytes:
         if n <= 0:
             return b""
+        key = (self.url, str(self.version), self.size, offset, n)
+        hit = _CACHE.get(key)
+        if hit is not None:  # read again (the previous checkpoint, another family): not fetched again
+            _CACHE.move_to_end(key)
+            return hit
         try:
             data = self.fs.cat_file(self.path, start=offset, end=offset + n)
         except OSError as e:
@@ -84,6 +122,7 @@ class RemoteFile:
             raise FormatError(
                 f"bytes {offset}..{offset + n}: got {len(data)} (changed or truncated?)", self.url
             )
+        _remember(key, data)
         return data
 
 
@@ -176,3 +215,126 @@ def read_json(url: str, storage_options: dict | None = None) -> Any:
         return json.loads(fs.cat_file(path))
     except FileNotFoundError:
         return None
+
+
+# --- a whole run at a URL (``ckptscan analyze s3://bucket/run``) -------------------------------
+#
+# The seam: the run's tree is listed once (``fs.find``) and laid out as a local *mirror* inside the
+# output folder: every folder, the small files read whole (config.json, logs, trainer_state.json,
+# index files, replay files), and each weight file as an empty placeholder that only carries its
+# name.  Discovery, the framework table, config and log search then run unchanged over the mirror;
+# the readers (``readers/__init__.py``) see that a checkpoint lies in a mounted mirror and open it at
+# its URL with ranged reads instead.  The mirror is never read as weights.
+
+SMALL_MAX = 64 * 2**20  # a non-weight file up to this size is read whole into the mirror
+_WEIGHT_SUFFIXES = (".safetensors", ".distcp", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".npz", ".nemo")
+MANIFEST = "manifest.json"  # in the mirror's folder: rel path -> [size, version] of each copied file
+REMOTE_ONLY_SAFETENSORS = "remote runs: only safetensors checkpoints are read over fsspec"
+
+
+def _is_weight_name(name: str) -> bool:
+    from ckptscan.readers.registry import file_suffixes
+
+    return name.endswith(_WEIGHT_SUFFIXES + file_suffixes())
+
+
+class Mount:
+    """A run at ``url`` mirrored at ``root`` (a local folder inside the output folder)."""
+
+    def __init__(self, url: str, root: Path, storage_options: dict | None = None):
+        parts = urlsplit(url)  # a run's URL names a folder: a query string is dropped
+        self.url = urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
+        self.shown = redact(self.url)
+        self.root = root
+        self.storage_options = storage_options
+        self.fs, self.base = _fs(self.url, storage_options)
+        self.base = self.base.rstrip("/")
+        self.copied_bytes = 0  # bytes of small files read whole by this mirror
+
+    def url_of(self, path: Path) -> str:
+        rel = Path(path).resolve().relative_to(self.root.resolve()).as_posix()
+        return self.url if rel == "." else f"{self.url}/{rel}"
+
+    def shown_of(self, path: Path) -> str:
+        return redact(self.url_of(path))
+
+    def sync(self) -> None:
+        """List the run and lay out the mirror (small files copied when new or changed remotely)."""
+        try:
+            found = self.fs.find(self.base, detail=True)
+        except FileNotFoundError:
+            raise InputError("no such run (nothing listed there)", self.shown) from None
+        except Exception as e:  # noqa: BLE001 -- a file system's own error, told without secrets
+            raise InputError(f"cannot list: {_scrub(str(e), self.url)}", self.shown) from None
+        if not found:
+            raise InputError("no such run (nothing listed there)", self.shown)
+        manifest_file = self.root.parent / MANIFEST
+        try:
+            manifest = json.loads(manifest_file.read_text())
+        except (OSError, ValueError):
+            manifest = {}
+        new: dict[str, list] = {}
+        self.root.mkdir(parents=True, exist_ok=True)
+        for path, info in sorted(found.items()):
+            if info.get("type") == "directory":
+                continue
+            rel = PurePosixPath(path).relative_to(self.base).as_posix()
+            if any(part in ("", ".", "..") for part in rel.split("/")):
+                continue  # an object name that is no safe local path
+            local = self.root / rel
+            local.parent.mkdir(parents=True, exist_ok=True)
+            size = int(info.get("size") or 0)
+            version = info.get("ETag") or info.get("etag") or info.get("mtime")
+            stamp = [size, str(version) if version is not None else None]
+            if _is_weight_name(local.name) or size > SMALL_MAX:
+                if not local.exists() or local.stat().st_size:
+                    local.write_bytes(b"")  # a placeholder: its name is all discovery needs
+                new[rel] = [*stamp, "placeholder"]
+                continue
+            if manifest.get(rel) != stamp or not local.is_file():
+                try:
+                    data = self.fs.cat_file(path)
+                except OSError as e:
+                    raise InputError(f"cannot read: {e}", redact(f"{self.url}/{rel}")) from None
+                self.copied_bytes += len(data)
+                tmp = local.with_name(local.name + ".ckptscan-tmp")
+                tmp.write_bytes(data)
+                tmp.replace(local)
+            new[rel] = stamp
+        manifest_file.write_text(json.dumps(new, indent=1, sort_keys=True))
+
+
+_MOUNTS: dict[Path, Mount] = {}
+
+
+def mount(url: str, root: Path, storage_options: dict | None = None) -> Mount:
+    """Mirror the run at ``url`` at ``root`` and register it for the readers (``unmount`` after)."""
+    m = Mount(url, root, storage_options)
+    m.sync()
+    _MOUNTS[root.resolve()] = m
+    return m
+
+
+def unmount(m: Mount) -> None:
+    _MOUNTS.pop(m.root.resolve(), None)
+    clear_cache()
+
+
+def mounted(path: Path | str) -> Mount | None:
+    """The mount whose mirror holds ``path``, if any."""
+    if not _MOUNTS:
+        return None
+    p = Path(path).resolve()
+    for root, m in _MOUNTS.items():
+        if p == root or root in p.parents:
+            return m
+    return None
+
+
+def open_mounted(m: Mount, plan_format: str, path: Path, files: list[Path]) -> RemoteSafetensorsSource:
+    """The checkpoint at ``path`` of a mirror opened at its URL; only safetensors are read."""
+    if not plan_format.startswith("safetensors"):
+        names = ", ".join(sorted({f.name for f in files})) or Path(path).name
+        raise FormatError(f"{REMOTE_ONLY_SAFETENSORS} (found {plan_format}: {names})", m.shown_of(path))
+    target = files[0] if len(files) == 1 else path  # one file: only it (a folder: its *.safetensors)
+    return RemoteSafetensorsSource(m.url_of(target), m.storage_options)
