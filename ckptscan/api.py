@@ -179,7 +179,7 @@ def analyze(
             raise InputError(bad.reason, bad.path)
     if not ckpts:
         raise no_checkpoints_error(run_dir, skipped, steps=cfg.steps, step_regex=cfg.step_regex)
-    options = Options(
+    opts = Options(
         device=resolve_device(cfg.device),
         trust_pickle=cfg.trust_pickle,
         layout_file=Path(layout_file) if layout_file else None,
@@ -205,7 +205,7 @@ def analyze(
         run_dir,
         out,
         ckpts,
-        options,
+        opts,
         progress,
         debug,
         address=cfg.ray_address,
@@ -251,7 +251,7 @@ def analyze(
         "out": str(out),
         "command": command if command is not None else list(sys.argv),
         "layout": layout_desc,
-        "device": options.device,
+        "device": opts.device,
         "checkpoints": {
             "analyzed": len(results),
             "reused": sum(r.reused for r in results),
@@ -337,9 +337,12 @@ def _analyze_url(url: str, cfg: AnalysisConfig, *, out_dir: str | Path | None, *
 
 def _reference(cfg: AnalysisConfig, out: Path) -> Reference:
     """The ``baseline`` run analysed with the same configuration (its results cached inside ``out``)."""
-    cache = baseline_out_dir(out, cfg.baseline)
-    res = analyze(cfg.baseline, cfg.for_reference(), out_dir=cache)
-    return Reference(res.timeline, str(cfg.baseline), str(cache))
+    baseline = cfg.baseline
+    if baseline is None:  # callers ask for a reference only when a baseline run was given
+        raise ValueError("no baseline run in this configuration")
+    cache = baseline_out_dir(out, baseline)
+    res = analyze(baseline, cfg.for_reference(), out_dir=cache)
+    return Reference(res.timeline, str(baseline), str(cache))
 
 
 OWNER_FILE = "run.json"  # in an output folder: the run (resolved path) and checkpoint selection it holds
@@ -485,6 +488,8 @@ def load_result(out_dir: str | Path) -> Result:
         raise InputError(
             f"not a ckptscan summary ({len(problems)} problems; first: {problems[0]})", summary_path
         )
+    if not isinstance(summary, dict):  # the schema's top level is an object: passing it makes one
+        raise InputError("not a ckptscan summary (not a JSON object)", summary_path)
     if not (out / "timeline.h5").is_file():
         raise InputError(
             "missing: the analysis that wrote summary.json stored no timeline here (re-run ckptscan analyze)",

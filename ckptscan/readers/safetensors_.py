@@ -9,6 +9,7 @@ never be modified through a returned tensor.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
@@ -175,7 +176,7 @@ class SafetensorsFile:
     def __init__(self, path: Path):
         self.path = path
         self.header = parse_header(path)
-        self._file: BinaryIO | None = None
+        self._file: io.FileIO | None = None
         self._stat: tuple[int, int] | None = None
         self._lock = threading.Lock()  # the prefetch thread and the caller may read one file
 
@@ -196,7 +197,7 @@ class SafetensorsFile:
         return torch.from_numpy(buf).view(dt).reshape(e.shape)
 
     def _read_into(self, buf: np.ndarray, offset: int) -> None:
-        view = memoryview(buf)
+        view = buf.data  # a writable byte view of the (1-D, uint8) array
         with self._lock:
             f = self._open()
             try:
@@ -217,7 +218,7 @@ class SafetensorsFile:
                 self.path,
             )
 
-    def _open(self) -> BinaryIO:
+    def _open(self) -> io.FileIO:
         if self._file is None:
             try:
                 f = open(self.path, "rb", buffering=0)  # noqa: SIM115 (kept open until close()); read-only
