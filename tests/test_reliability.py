@@ -713,6 +713,11 @@ def _slow_run(root: Path, n: int) -> Path:
 N_SLOW = 12
 
 
+def _nice_with_default_sigint() -> None:
+    os.nice(10)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def slow_run(tmp_path_factory):
     return _slow_run(tmp_path_factory.mktemp("slow") / "run", N_SLOW)
@@ -726,6 +731,8 @@ def test_killed_analyze_resumes_without_recomputing(tmp_path, slow_run, sig):
     # The child runs at a lower priority so that this process, polling for its first part, is not
     # starved on a loaded machine until the child has finished; if it still finished before the
     # signal landed (a race, not what is tested), the attempt is made again in a fresh folder.
+    # SIGINT is reset to its default in the child: a shell starts background jobs with SIGINT
+    # ignored, and Python then keeps ignoring it (a CI script run in the background did).
     for attempt in range(3):
         out = tmp_path / f"out{attempt}"
         proc = subprocess.Popen(
@@ -734,7 +741,7 @@ def test_killed_analyze_resumes_without_recomputing(tmp_path, slow_run, sig):
             stderr=subprocess.PIPE,
             text=True,
             env=subprocess_env(),
-            preexec_fn=lambda: os.nice(10),
+            preexec_fn=_nice_with_default_sigint,
         )
         parts = out / "parts"
         deadline = time.monotonic() + 120
