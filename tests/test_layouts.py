@@ -961,3 +961,62 @@ def test_load_reads_only_what_it_needs():
     rec = Recorder(sd)
     lay.routers[0].load(rec)
     assert rec.seen == ["model.layers.0.mlp.gate.weight"]
+
+
+# ------------------------------------------------------------------ the attention output projection
+
+
+def _outs(lay):
+    return {p.layer: p.tensors for p in lay.projections}
+
+
+def test_output_projection_hf_gpt2_neox_and_stacked_megatron():
+    """Each family names its attention output projection; a stacked tensor gives one layer's slice."""
+    sd = hf_llama_sd(heads(seed=40))
+    lay = resolve_layout(infos_of(sd), LLAMA_CFG)
+    assert _outs(lay) == {i: (f"model.layers.{i}.self_attn.o_proj.weight",) for i in range(2)}
+    g = gen(41)
+    sd["model.layers.1.self_attn.o_proj.weight"] = w = rnd(D, H * HD, g=g)
+    rec = Recorder(sd)
+    (got,) = lay.projections[1].load(rec)
+    assert rec.seen == ["model.layers.1.self_attn.o_proj.weight"]  # nothing else is read
+    torch.testing.assert_close(got, w, rtol=0, atol=0)
+
+    gpt2 = {f"h.{i}.attn.c_attn.weight": torch.zeros(D, 3 * D) for i in range(2)}
+    gpt2.update({f"h.{i}.attn.c_proj.weight": torch.zeros(D, D) for i in range(2)})
+    lay = resolve_layout(infos_of(gpt2), {"model_type": "gpt2", "n_head": H, "n_embd": D, "n_layer": 2})
+    assert _outs(lay) == {i: (f"h.{i}.attn.c_proj.weight",) for i in range(2)}
+
+    truth = heads(G=H, seed=42)
+    neox = {
+        f"gpt_neox.layers.{i}.attention.query_key_value.weight": neox_fuse(*t) for i, t in enumerate(truth)
+    }
+    neox["gpt_neox.layers.1.attention.dense.weight"] = torch.zeros(D, D)  # layer 0 has none: left out
+    lay = resolve_layout(
+        infos_of(neox), {"model_type": "gpt_neox", "num_attention_heads": H, "hidden_size": D}
+    )
+    assert _outs(lay) == {1: ("gpt_neox.layers.1.attention.dense.weight",)}
+
+    truth = heads(n_layers=3, seed=43)
+    per_layer = megatron_sd(truth)
+    stack = rnd(3, D, H * HD, g=g)
+    dist = {
+        "decoder.layers.self_attention.linear_qkv.weight": torch.stack(
+            [per_layer[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] for i in range(3)]
+        ),
+        "decoder.layers.self_attention.linear_proj.weight": stack,
+    }
+    lay = resolve_layout(infos_of(dist), {"num_attention_heads": H, "num_query_groups": G})
+    assert [p.layer for p in lay.projections] == [0, 1, 2]
+    torch.testing.assert_close(load(lay.projections[2], dist)[0], stack[2], rtol=0, atol=0)
+
+
+def test_output_projection_of_the_wrong_shape_is_left_out_with_a_note():
+    sd = hf_llama_sd(heads(seed=44))
+    sd["model.layers.0.self_attn.o_proj.weight"] = torch.zeros(D + 1, 7)
+    lay = resolve_layout(infos_of(sd), LLAMA_CFG)
+    assert [p.layer for p in lay.projections] == [1]
+    assert any("o_proj.weight: shape [33, 7]" in n or "not an output projection" in n for n in lay.notes)
+    assert lay.describe()["projections"] == [
+        {"layer": 1, "block": "out", "tensors": ["model.layers.1.self_attn.o_proj.weight"]}
+    ]

@@ -192,3 +192,32 @@ def test_workspace_path_equals_plain_path_and_leaves_inputs_alone(dtype):
             attention.Grams.of(ws_in[0], ws_in[1]).k.numpy(),
             rtol=1e-12,
         )
+
+
+def test_output_projection_update_ratio_matches_numpy_on_a_real_run(tmp_path):
+    """``out.update_ratio`` in the timeline of a drill fixture equals ||W_t - W_{t-1}||_F / ||W_{t-1}||_F
+    computed with numpy from the stored o_proj tensors, checkpoint by checkpoint."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from ckptscan.api import analyze
+    from ckptscan.monitors import projection
+    from ckptscan.store.timeline import Timeline
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "drills" / "highlr-moe"
+    analyze(run, out_dir=tmp_path / "a", device="cpu", replay=False, steps="0:500")
+    tl = Timeline.load(tmp_path / "a" / "timeline.h5")
+    got = np.asarray(tl.get("out.update_ratio"))[:, :, 0]
+    assert got.shape[1] == 2 and np.isnan(got[0]).all()
+
+    def o_proj(step, layer):
+        sd = load_file(run / f"checkpoint-{step}" / "model.safetensors")
+        return sd[f"model.layers.{layer}.self_attn.o_proj.weight"].double().numpy()
+
+    for i in range(1, len(tl.steps)):
+        for layer in range(2):
+            w0, w1 = o_proj(tl.steps[i - 1], layer), o_proj(tl.steps[i], layer)
+            want = np.linalg.norm(w1 - w0) / np.linalg.norm(w0)
+            assert got[i, layer] == pytest.approx(want, rel=1e-6)
+    assert np.isnan(float(projection.update_ratio(torch.zeros(3, 3), torch.ones(3, 3))))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import LayoutError
 from ..readers.base import TensorInfo
-from .base import AttnBlock, Layout, ModelConfig, Read, RouterBlock
+from .base import AttnBlock, Layout, ModelConfig, ProjBlock, Read, RouterBlock
 from .config import ConfigFacts, find_config, load_config_file, read_config
 from .families import BY_NAME, FAMILIES, Family
 from .resolve import Builder, Matches, NameIndex, match_family
@@ -24,6 +24,7 @@ __all__ = [
     "Family",
     "Layout",
     "ModelConfig",
+    "ProjBlock",
     "Read",
     "RouterBlock",
     "find_config",

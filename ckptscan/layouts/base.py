@@ -5,6 +5,8 @@ Tensor names live in ``ckptscan/layouts/`` only.  Everything downstream sees ``A
 
 * ``AttnBlock.load(read) -> (wq, wk)``: ``wq`` float32 ``[H, h, d]``, ``wk`` float32 ``[G, h, d]``,
   where query head ``j`` reads key head ``j // (H // G)``.  QK-norm gains are folded into the rows.
+* ``ProjBlock.load(read) -> (w,)``: one projection matrix, float32, as stored (its update ratio
+  is all that is read from it, and that does not depend on its orientation).
 * ``RouterBlock.load(read) -> (w, bias)``: ``w`` float32 ``[E, d]``, ``bias`` float32 ``[E]`` or None
   (GPT-OSS router bias, DeepSeek-V3 ``e_score_correction_bias``, Megatron ``expert_bias``).
 
@@ -79,6 +81,17 @@ class RouterBlock:
     top_k: int | None = None
 
 
+@dataclass(frozen=True)
+class ProjBlock:
+    """A layer's projection read for its step size only: ``name`` "out" is the attention output
+    projection (o_proj, dense, c_proj, linear_proj, wo, w_out)."""
+
+    layer: int
+    tensors: tuple[str, ...]
+    load: Callable[[Read], tuple[torch.Tensor]] = field(repr=False, compare=False)
+    name: str = "out"
+
+
 @dataclass
 class Layout:
     family: str
@@ -86,6 +99,7 @@ class Layout:
     attention: list[AttnBlock]
     routers: list[RouterBlock]
     notes: list[str] = field(default_factory=list)
+    projections: list[ProjBlock] = field(default_factory=list)
 
     @property
     def n_layers(self) -> int:
@@ -118,6 +132,9 @@ class Layout:
                     "tensors": list(r.tensors),
                 }
                 for r in self.routers
+            ],
+            "projections": [
+                {"layer": p.layer, "block": p.name, "tensors": list(p.tensors)} for p in self.projections
             ],
             "notes": list(self.notes),
         }

@@ -13,6 +13,7 @@ Attention kinds (how q/k are stored; see ``splitters.py``):
   ``mla``        DeepSeek multi-head latent attention           roles q_a, q_a_norm, q_b | q, kv_a,
                                                                 kv_a_norm, kv_b
 Router roles: ``router`` ([E, d], or [E*d] when ``router_flat``) and ``router_bias`` ([E]).
+Projection role: ``out``, the attention output projection (optional: only its update ratio is read).
 
 To add an architecture, add one ``Family`` here and a test in tests/test_layouts.py built from the
 names and fusing that the training framework really writes.
@@ -25,6 +26,9 @@ from dataclasses import dataclass, field
 
 ATTN_ROLES = ("q", "k", "qkv", "q_norm", "k_norm", "q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "kv_b")
 ROUTER_ROLES = ("router", "router_bias")
+# a layer's attention output projection ([d, H*h], or [H*h, d] for GPT-2's Conv1D): read for its
+# step size (``out.update_ratio``), which the low-precision attention fault does not distort
+PROJ_ROLES = ("out",)
 QKV_ORDERS = ("contiguous", "per_head", "per_group")
 
 
@@ -62,12 +66,14 @@ def _r(**roles: str | tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 
 
 _HF_QK = {
+    "out": "layers.{L}.self_attn.o_proj.weight",
     "q": "layers.{L}.self_attn.q_proj.weight",
     "k": "layers.{L}.self_attn.k_proj.weight",
     "q_norm": "layers.{L}.self_attn.q_norm.weight",
     "k_norm": "layers.{L}.self_attn.k_norm.weight",
 }
 _HF_MLA = {
+    "out": "layers.{L}.self_attn.o_proj.weight",
     "q": "layers.{L}.self_attn.q_proj.weight",
     "q_a": "layers.{L}.self_attn.q_a_proj.weight",
     "q_a_norm": "layers.{L}.self_attn.q_a_layernorm.weight",
@@ -173,7 +179,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "gpt2",
         "qkv",
-        _r(qkv="h.{L}.attn.c_attn.weight"),
+        _r(qkv="h.{L}.attn.c_attn.weight", out="h.{L}.attn.c_proj.weight"),
         ("qkv",),
         qkv_order="contiguous",
         transposed=True,
@@ -184,7 +190,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "gpt-neox",
         "qkv",
-        _r(qkv="layers.{L}.attention.query_key_value.weight"),
+        _r(qkv="layers.{L}.attention.query_key_value.weight", out="layers.{L}.attention.dense.weight"),
         ("qkv",),
         qkv_order="per_head",
         model_types=("gpt_neox", "gptneoxforcausallm"),
@@ -193,7 +199,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "phi3",
         "qkv",
-        _r(qkv="layers.{L}.self_attn.qkv_proj.weight"),
+        _r(qkv="layers.{L}.self_attn.qkv_proj.weight", out="layers.{L}.self_attn.o_proj.weight"),
         ("qkv",),
         qkv_order="contiguous",
         model_types=("phi3", "phi3forcausallm"),
@@ -202,7 +208,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "falcon",
         "falcon",
-        _r(qkv="h.{L}.self_attention.query_key_value.weight"),
+        _r(qkv="h.{L}.self_attention.query_key_value.weight", out="h.{L}.self_attention.dense.weight"),
         ("qkv",),
         model_types=("falcon", "refinedweb", "refinedwebmodel", "falconforcausallm"),
         doc="Falcon (query_key_value; new_decoder_architecture: per kv group, multi_query: "
@@ -211,7 +217,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "bloom",
         "qkv",
-        _r(qkv="h.{L}.self_attention.query_key_value.weight"),
+        _r(qkv="h.{L}.self_attention.query_key_value.weight", out="h.{L}.self_attention.dense.weight"),
         ("qkv",),
         qkv_order="per_head",
         uses_rope=False,
@@ -223,6 +229,7 @@ FAMILIES: tuple[Family, ...] = (
         "qkv",
         _r(
             qkv="decoder.layers.{L}.self_attention.linear_qkv.weight",
+            out="decoder.layers.{L}.self_attention.linear_proj.weight",
             q_norm="decoder.layers.{L}.self_attention.q_layernorm.weight",
             k_norm="decoder.layers.{L}.self_attention.k_layernorm.weight",
             router="decoder.layers.{L}.mlp.router.weight",
@@ -245,6 +252,7 @@ FAMILIES: tuple[Family, ...] = (
         "qkv",
         _r(
             qkv="decoder.layers.self_attention.linear_qkv.weight",
+            out="decoder.layers.self_attention.linear_proj.weight",
             q_norm="decoder.layers.self_attention.q_layernorm.weight",
             k_norm="decoder.layers.self_attention.k_layernorm.weight",
             router="decoder.layers.mlp.router.weight",
@@ -265,7 +273,10 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "megatron-legacy",
         "qkv",
-        _r(qkv="encoder.layers.{L}.self_attention.query_key_value.weight"),
+        _r(
+            qkv="encoder.layers.{L}.self_attention.query_key_value.weight",
+            out="encoder.layers.{L}.self_attention.dense.weight",
+        ),
         ("qkv",),
         qkv_order="per_group",
         model_types=("megatron-legacy",),
@@ -279,6 +290,7 @@ FAMILIES: tuple[Family, ...] = (
         _r(
             q="layers.{L}.attention.wq.weight",
             k="layers.{L}.attention.wk.weight",
+            out="layers.{L}.attention.wo.weight",
             q_norm="layers.{L}.attention.q_norm.weight",
             k_norm="layers.{L}.attention.k_norm.weight",
             router=("layers.{L}.moe.router.gate.weight", "layers.{L}.feed_forward.gate.weight"),
@@ -294,6 +306,7 @@ FAMILIES: tuple[Family, ...] = (
         "mla",
         _r(
             q="layers.{L}.attention.wq.weight",
+            out="layers.{L}.attention.wo.weight",
             q_a="layers.{L}.attention.wq_a.weight",
             q_a_norm="layers.{L}.attention.q_norm.weight",
             q_b="layers.{L}.attention.wq_b.weight",
@@ -312,6 +325,7 @@ FAMILIES: tuple[Family, ...] = (
         "separate",
         _r(
             q="blocks.{L}.attention.w_q.weight",
+            out="blocks.{L}.attention.w_out.weight",
             k="blocks.{L}.attention.w_k.weight",
             q_norm="blocks.{L}.attention.q_norm.weight",
             k_norm="blocks.{L}.attention.k_norm.weight",

@@ -17,10 +17,10 @@ from typing import TypedDict, overload
 
 from ..errors import LayoutError
 from ..readers.base import TensorInfo
-from .base import AttnBlock, Layout, ModelConfig, RouterBlock
+from .base import AttnBlock, Layout, ModelConfig, ProjBlock, RouterBlock
 from .config import ConfigFacts
 from .families import FAMILIES, Family
-from .splitters import MLA, FusedQKV, Router, SeparateQK, Src
+from .splitters import MLA, FusedQKV, Router, SeparateQK, Src, Whole
 
 _WRAPPERS = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_forward_module.")
 _AUX_PREFIX_WORDS = ("vision", "visual", "image", "audio", "mm_projector", "speech")
@@ -476,6 +476,23 @@ class Builder:
             layer=layer, n_experts=E, hidden=d, tensors=load.names(), load=load, routing=rule, top_k=f.top_k
         )
 
+    # -- projections (read for their step size only)
+    def projections(self, attention: list[AttnBlock]) -> list[ProjBlock]:
+        """The attention output projection of every layer that has attention, where it is stored
+        as a 2-D matrix with the hidden size on one side; one that is not is left out, with a
+        note (it is optional: only its update ratio is read)."""
+        out: list[ProjBlock] = []
+        hidden = {b.layer: b.hidden for b in attention}
+        for layer in sorted(self.m.roles.get("out", {})):
+            name = self.need("out", layer)
+            shape = self.shape(name)
+            if layer not in hidden or len(shape) != 2 or hidden[layer] not in shape or 0 in shape:
+                self.note(f"{name}: shape {list(shape)} is not an output projection of this model; not read")
+                continue
+            load = Whole(self.src(name))
+            out.append(ProjBlock(layer=layer, tensors=load.names(), load=load))
+        return out
+
     # -- everything
     def build(self, routing: str | None = None) -> Layout:
         fam = self.fam
@@ -516,6 +533,7 @@ class Builder:
             attention=attention,
             routers=routers,
             notes=self.notes,
+            projections=self.projections(attention),
         )
 
     def _check_layer_indices(self) -> None:

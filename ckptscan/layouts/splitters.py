@@ -210,3 +210,16 @@ class Router:
         w = self.weight.load(read).reshape(self.n_experts, self.hidden)
         b = self.bias.load(read).reshape(self.n_experts) if self.bias is not None else None
         return w, b
+
+
+@dataclass(frozen=True)
+class Whole:
+    """One matrix as stored (a projection read for its update ratio: ``ProjBlock``)."""
+
+    weight: Src
+
+    def names(self) -> tuple[str, ...]:
+        return self.weight.names()
+
+    def __call__(self, read: Read) -> tuple[torch.Tensor]:
+        return (self.weight.load(read),)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..errors import LayoutError
 from .base import ROUTINGS
-from .families import ATTN_ROLES, QKV_ORDERS, ROUTER_ROLES
+from .families import ATTN_ROLES, PROJ_ROLES, QKV_ORDERS, ROUTER_ROLES
 
 # [model] key -> (canonical config.json key, type)
 MODEL_KEYS: dict[str, tuple[str, type]] = {
@@ -55,7 +55,7 @@ OPTION_KEYS = {
     "router_flat": bool,
     "norm_offset": float,
 }
-REGEX_ROLES = ATTN_ROLES + ROUTER_ROLES
+REGEX_ROLES = ATTN_ROLES + ROUTER_ROLES + PROJ_ROLES
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 ``registry.py`` holds the series specs, the weight-side families and their detectors; each family
 registers itself in its own module: ``attention.py`` (the QK form and its increment, per head),
-``router.py`` (MoE routers); ``activations.py`` registers the ``act.*`` series of the replay side,
-and this file the one series the analysis loop itself writes (``numerics.nonfinite``).  Series
-names are parsed in ``names.py`` only.
+``projection.py`` (the attention output projection's step size), ``router.py`` (MoE routers);
+``activations.py`` registers the ``act.*`` series of the replay side, and this file the one series
+the analysis loop itself writes (``numerics.nonfinite``).  Series names are parsed in ``names.py``
+only.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
 
 # the built-in families, in the order the analysis loop runs them (and the reports list them)
 from ckptscan.monitors import attention as _attention  # noqa: F401
+from ckptscan.monitors import projection as _projection  # noqa: F401
 from ckptscan.monitors import router as _router  # noqa: F401
 
 # --- numerics: written by the analysis loop over every family's tensors -------------------------

@@ -42,6 +42,9 @@ class Role(StrEnum):
 
     STRUCTURE = "structure"  # the update's structure (D2 spectral entropy) collapsed
     STEP_SIZE = "step_size"  # the step size (update ratios) grew
+    PROJ_STEP = (
+        "proj_step_size"  # the output projection's step size grew (the attention fault does not move it)
+    )
     SECOND_ORDER = "second_order"  # the second-order term of the update (||D3|| / ||D2||) grew
     LOGITS = "logits"  # the attention logits (||M||) grew
     OTHER = "other"  # a family's own signal: reported as evidence, never decides a class by itself
