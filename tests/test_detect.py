@@ -589,3 +589,48 @@ def test_one_accepted_value_is_no_baseline():
     assert old.z[3] > 3 and detect.first_sustained(old.exceed, 3) == 3
     new = detect.score_self(x, det, "down")
     assert np.isnan(new.z[3]) and np.isfinite(new.z[4])
+
+
+def _collapse_with_qk_jump(seed, out_layers):
+    """Two heads of layer 1 collapse at checkpoint 10 while the q/k update ratios of both layers
+    jump x3 and stay (what the low-precision fault does to a collapsing model's updates, and what a
+    step size does too); the output projections' update ratios jump in ``out_layers`` only."""
+    s = healthy(seed)
+    s["attn.D2.entropy2"][10:, 1, :2] = 0.1
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+        s[name][10:] *= 3.0
+    out = np.full((len(STEPS), L, 1), np.nan)
+    out[1:] = np.median(s["attn.q.update_ratio"][1:], axis=2, keepdims=True) * 0.7
+    out[10:] /= 3.0
+    for layer in out_layers:
+        out[10:, layer] *= 3.0
+    s["out.update_ratio"] = out
+    return s
+
+
+def test_the_output_projections_step_size_tells_combined_from_lowprec(tmp_path):
+    """The old rule read q/k update ratios jumping in two series with a collapse as a step size
+    (``combined/together``); the low-precision fault makes them jump too.  With the output
+    projections scored, combined needs their step size off across layers around the collapse:
+    one layer's projection moving with its own collapse is lowprec_attention."""
+    for seed in range(4):
+        old = _collapse_with_qk_jump(seed, [1])
+        del old["out.update_ratio"]  # no output projection in the layout: the rule before this one
+        assert judge(tmp_path, tl(old), [])["verdict"]["decision"] == "combined/together", seed
+        v = judge(tmp_path, tl(_collapse_with_qk_jump(seed, [1])), [])["verdict"]
+        assert v["fault_type"] == "lowprec_attention", (seed, v["decision"])
+        v = judge(tmp_path, tl(_collapse_with_qk_jump(seed, [0, 1])), [])["verdict"]
+        assert v["fault_type"] == "combined", (seed, v["decision"])
+
+
+def test_output_projection_breadth_needs_two_layers():
+    """``_proj_broad``: off where at least half of the scored layers' projections score above
+    z_accept, and two of them at least; None when fewer than two layers are scored."""
+    s = _collapse_with_qk_jump(0, [0, 1])
+    det = detect.run_detection(tl(s))
+    assert det.proj_broad is not None and det.proj_broad[10] and not det.proj_broad[:10].any()
+    s = _collapse_with_qk_jump(0, [1])
+    det = detect.run_detection(tl(s))
+    assert det.proj_broad is not None and not det.proj_broad.any()
+    s["out.update_ratio"][:, 0] = np.nan  # one layer scored: no breadth to read
+    assert detect.run_detection(tl(s)).proj_broad is None

@@ -11,7 +11,8 @@ paths and what the corpus showed):
   shrinking and grow (or jump and stay), ||D3||/||D2|| or the attention logits grow; a D2-entropy
   collapse, if any, comes well after.
 * ``combined``: both: a collapse, and the step size growing just before it or with it in two or
-  more update-ratio series.
+  more update-ratio series, with the attention output projections' step size off across layers
+  around it where the layout names them (the low-precision fault does not reach them).
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
 * ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` points
   examined after the run settled.
@@ -27,11 +28,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import numpy as np
+
 from ckptscan.judge.detect import Alarm
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 
-LR_ROLES = ("step_size", "second_order")
+LR_ROLES = ("step_size", "second_order", "proj_step_size")
 
 # Decision path -> (verdicts with the right class, verdicts) on the calibration runs: the corpus'
 # calibration, reported and fresh parts (90 + 133 + 133 runs) and the 68 drill runs
@@ -63,13 +66,16 @@ def classify(
     steps,
     coverage: dict | None = None,
     horizon: int | None = None,
+    proj_broad: np.ndarray | None = None,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
     ``coverage`` (``examination``): how much of the run the detectors examined; a run without
     alarms is ``healthy`` only where that was enough, ``inconclusive`` otherwise.  ``horizon``:
     the step of the first point at or after the loss diverged, if it did (its updates began
-    before); alarms triggered later do not decide the class."""
+    before); alarms triggered later do not decide the class.  ``proj_broad``: per scored point,
+    whether the output projections' step size was off across layers (``Detection.proj_broad``;
+    None where the run has none to read)."""
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
         if coverage is not None and coverage["missing"]:
@@ -114,7 +120,7 @@ def classify(
     # the class is read from what moved before the loss diverged (after it, everything moves);
     # without such alarms, from all of them
     decisive = [a for a in alarms if horizon is None or a.trigger_step <= horizon] or alarms
-    fault, path, reason, window = _signature(decisive, n_layers)
+    fault, path, reason, window = _signature(decisive, n_layers, proj_broad)
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
@@ -138,7 +144,9 @@ def _is_attention_step(a: Alarm) -> bool:
     return a.role == "step_size" and a.block.startswith("attn")
 
 
-def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, str, str, list[Alarm]]:
+def _signature(
+    alarms: list[Alarm], n_layers: int, proj_broad: np.ndarray | None = None
+) -> tuple[str, str, str, list[Alarm]]:
     """(fault class, decision path, reason, the alarms that decided) from the alarms, in trigger
     order.
 
@@ -147,7 +155,10 @@ def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, str, str, list[
       ``high_lr`` (the collapse is its consequence); growing before it, but within that window, or
       with it in two or more update-ratio series (q, k, router) at least one of them attention's:
       ``combined`` (the low-precision fault makes a collapsing layer's own update jump, once, never
-      the step size grow before the collapse); otherwise ``lowprec_attention``;
+      the step size grow before the collapse), provided the output projections' step size was off
+      across layers within the window as well, where they are read (``proj_broad``, per point;
+      the fault leaves them alone): ``lowprec_attention/projections-calm`` otherwise; else
+      ``lowprec_attention``;
     * no collapse: ``high_lr`` (step-size or second-order growth; or only logit growth, the
       classic sign of a too-large step)."""
     n_layers = max(1, n_layers)
@@ -158,6 +169,18 @@ def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, str, str, list[
         u0 = min((a.index for a in growth if _is_attention_step(a)), default=None)
         heads = {(a.layer, a.head) for a in structure if a.index <= s0 + DECISION_WINDOW}
         collapsed = sorted({layer for layer, _ in heads})
+        near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
+        # the q/k step size grew with the collapse, or just before it (the combined paths below),
+        # but the output projections' did not, across layers, around it: the collapsing layers'
+        # own updates jumped (``detect._proj_broad``; None: no projections to read)
+        local = (
+            proj_broad is not None
+            and u0 is not None
+            and (s0 - DECISION_WINDOW <= u0 < s0 or (s0 <= u0 <= s0 + DECISION_WINDOW and len(near) >= 2))
+            and not proj_broad[max(0, s0 - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1].any()
+        )
+        if local:
+            u0 = None
         if u0 is not None and u0 < s0 - DECISION_WINDOW:
             window = [a for a in alarms if a.index <= u0 + DECISION_WINDOW]
             grew = sorted({a.layer for a in window if a.role in LR_ROLES})
@@ -171,11 +194,21 @@ def _signature(alarms: list[Alarm], n_layers: int) -> tuple[str, str, str, list[
                 window,
             )
         window = [a for a in alarms if a.index <= s0 + DECISION_WINDOW]
-        near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
         if u0 is not None and u0 < s0:
             why = f"the attention step size grew {s0 - u0} point(s) before it"
         elif u0 is not None and u0 <= s0 + DECISION_WINDOW and len(near) >= 2:
             why = f"the step size grew with it, in {len(near)} update-ratio series"
+        elif local:
+            return (
+                "lowprec_attention",
+                "lowprec_attention/projections-calm",
+                (
+                    f"D2 spectral entropy collapsed in {len(heads)} head(s) of layer(s) {collapsed}; the q/k "
+                    f"updates jumped with it, but the output projections' step size did not grow across "
+                    f"layers (the low-precision fault moves q/k only)"
+                ),
+                window,
+            )
         else:
             return (
                 "lowprec_attention",

@@ -566,6 +566,7 @@ class Detection:
     scores: dict[str, np.ndarray] = dataclasses.field(
         default_factory=dict
     )  # series -> [N, L] (``_layer_scores``)
+    proj_broad: np.ndarray | None = None  # [points] bool: output projections' step size off (``_proj_broad``)
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -706,6 +707,7 @@ def run_detection(
         int(examined.sum()),
         steps,
         {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()},
+        _proj_broad(cols, params),
     )
 
 
@@ -741,24 +743,43 @@ def detector_for(timeline, name: str, detectors: Sequence[Detector] = DETECTORS)
     return next((det for det in detectors if name in _series_for(timeline, det)), None)
 
 
-def _broad(cols: list[_Column], params: Params) -> np.ndarray:
+def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
     """[N] bool: checkpoints at which the attention step size is off (q or k update ratio scoring
     above ``z_accept``) in at least ``params.breadth`` of the layers scored there, and in two
     layers at least where two or more are scored.  A step size is global; one layer's q/k update
     growing alone is that layer's own affair (an attention fault makes its update jump), and a
-    router reacting to it is no step size either."""
+    router reacting to it is no step size either.  ``counts(column)``: which columns count (the
+    attention q/k update ratios by default)."""
+    counts = counts or (lambda c: names.key(c.det.monitor) == "update_ratio" and names.is_attention(c.name))
     n = len(cols[0].sc.z) if cols else 0
     layers = sorted({c.layer for c in cols})
     off = np.zeros((n, len(layers)), dtype=bool)
     scored = np.zeros((n, len(layers)), dtype=bool)
     for c in cols:
-        if names.key(c.det.monitor) != "update_ratio" or not names.is_attention(c.name):
+        if not counts(c):
             continue
         j = layers.index(c.layer)
         scored[:, j] |= np.isfinite(c.sc.z)
         off[:, j] |= np.nan_to_num(c.sc.z, nan=-np.inf) > params.z_accept
     n_off, n_scored = off.sum(axis=1), scored.sum(axis=1)
     return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= np.minimum(2, n_scored))
+
+
+def _proj_broad(cols: list[_Column], params: Params) -> np.ndarray | None:
+    """[points] bool: where the output projections' step size is off across layers (``_broad`` of
+    the ``proj_step_size`` columns: above ``z_accept`` in at least ``params.breadth`` of the
+    layers scored there, and in two at least), or None when no such series was scored (the run's
+    layout names no output projection, or a single layer was scored).  The low-precision fault
+    moves a collapsing layer's own projection, not every layer's."""
+    proj = [c for c in cols if c.det.role == "proj_step_size" and c.self_ref]
+    if not proj:
+        return None
+    scored = np.zeros((len(proj[0].sc.z), max(c.layer for c in proj) + 1), dtype=bool)
+    for c in proj:
+        scored[:, c.layer] |= np.isfinite(c.sc.z)
+    if scored.sum(axis=1).max(initial=0) < 2:
+        return None
+    return _broad(proj, params, counts=lambda c: True) & (scored.sum(axis=1) >= 2)
 
 
 def layer_scores(

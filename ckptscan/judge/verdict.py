@@ -87,6 +87,7 @@ def judge(
         timeline.steps,
         coverage,
         horizon=detection.point_at_or_after(loss["divergence_step"]),
+        proj_broad=detection.proj_broad,
     )
 
     div = loss["divergence_step"]
