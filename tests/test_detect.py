@@ -624,13 +624,29 @@ def test_the_output_projections_step_size_tells_combined_from_lowprec(tmp_path):
 
 
 def test_output_projection_breadth_needs_two_layers():
-    """``_proj_broad``: off where at least half of the scored layers' projections score above
-    z_accept, and two of them at least; None when fewer than two layers are scored."""
+    """``_proj_broad``: 1 where at least half of the scored layers' projections score above
+    z_accept, and two of them at least, 0 where not, NaN where fewer than two layers are scored;
+    None when two are never scored, or when the columns are scored against a reference run."""
     s = _collapse_with_qk_jump(0, [0, 1])
     det = detect.run_detection(tl(s))
-    assert det.proj_broad is not None and det.proj_broad[10] and not det.proj_broad[:10].any()
+    pb = det.proj_broad
+    assert pb is not None and pb[10] == 1 and not (pb[:10] == 1).any()
+    assert np.isnan(pb[:4]).all() and (pb[5:10] == 0).all()  # before any baseline: unread, not calm
     s = _collapse_with_qk_jump(0, [1])
-    det = detect.run_detection(tl(s))
-    assert det.proj_broad is not None and not det.proj_broad.any()
+    pb = detect.run_detection(tl(s)).proj_broad
+    assert pb is not None and not (pb == 1).any() and (pb[10:] == 0).all()
+    assert detect.run_detection(tl(s), reference=tl(healthy(1))).proj_broad is None
     s["out.update_ratio"][:, 0] = np.nan  # one layer scored: no breadth to read
     assert detect.run_detection(tl(s)).proj_broad is None
+
+
+def test_unread_projections_are_not_calm_and_never_alarm(tmp_path):
+    """Where the projections are not scored around the collapse (NaN there: too little history, a
+    gap), the rule before this one decides; their own excursions raise no alarm."""
+    s = _collapse_with_qk_jump(2, [1])
+    s["out.update_ratio"][8:13] = np.nan
+    assert judge(tmp_path, tl(s), [])["verdict"]["decision"] == "combined/together"
+    s = healthy(4)
+    s["out.update_ratio"] = np.nanmedian(s["attn.q.update_ratio"][:, :, :], axis=2, keepdims=True)
+    s["out.update_ratio"][12:] *= 4.0  # every layer's projection jumps, nothing else moves
+    assert detect.detect(tl(s)) == []

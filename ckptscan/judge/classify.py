@@ -34,7 +34,7 @@ from ckptscan.judge.detect import Alarm
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 
-LR_ROLES = ("step_size", "second_order", "proj_step_size")
+LR_ROLES = ("step_size", "second_order")
 
 # Decision path -> (verdicts with the right class, verdicts) on the calibration runs: the corpus'
 # calibration, reported and fresh parts (90 + 133 + 133 runs) and the 68 drill runs
@@ -74,8 +74,8 @@ def classify(
     alarms is ``healthy`` only where that was enough, ``inconclusive`` otherwise.  ``horizon``:
     the step of the first point at or after the loss diverged, if it did (its updates began
     before); alarms triggered later do not decide the class.  ``proj_broad``: per scored point,
-    whether the output projections' step size was off across layers (``Detection.proj_broad``;
-    None where the run has none to read)."""
+    whether the output projections' step size was off across layers (``Detection.proj_broad``:
+    1/0, NaN unread; None where the run has none to read; NaN after the horizon)."""
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
         if coverage is not None and coverage["missing"]:
@@ -173,11 +173,16 @@ def _signature(
         # the q/k step size grew with the collapse, or just before it (the combined paths below),
         # but the output projections' did not, across layers, around it: the collapsing layers'
         # own updates jumped (``detect._proj_broad``; None: no projections to read)
+        around = (
+            proj_broad[max(0, s0 - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1]
+            if proj_broad is not None
+            else np.zeros(0)
+        )
         local = (
-            proj_broad is not None
-            and u0 is not None
+            u0 is not None
             and (s0 - DECISION_WINDOW <= u0 < s0 or (s0 <= u0 <= s0 + DECISION_WINDOW and len(near) >= 2))
-            and not proj_broad[max(0, s0 - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1].any()
+            and bool(np.isfinite(around).any())  # read somewhere in the window ...
+            and not bool((around == 1).any())  # ... and off across layers nowhere in it
         )
         if local:
             u0 = None

@@ -566,7 +566,9 @@ class Detection:
     scores: dict[str, np.ndarray] = dataclasses.field(
         default_factory=dict
     )  # series -> [N, L] (``_layer_scores``)
-    proj_broad: np.ndarray | None = None  # [points] bool: output projections' step size off (``_proj_broad``)
+    # [points] (not checkpoints, unlike ``examined`` and ``scores``): 1/0 the output projections'
+    # step size off across layers or not, NaN unread (``_proj_broad``); None: nothing to read
+    proj_broad: np.ndarray | None = None
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -660,7 +662,8 @@ def run_detection(
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
     examined = np.zeros(len(steps), dtype=bool)
     for c in cols:
-        examined |= np.isfinite(c.sc.z)
+        if c.det.role != "proj_step_size":  # read by the classifier only (``_proj_broad``)
+            examined |= np.isfinite(c.sc.z)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
     broad_ok = {
         mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
@@ -668,6 +671,8 @@ def run_detection(
     }
     for c in cols:
         sc = c.sc
+        if c.det.role == "proj_step_size":
+            continue  # evidence for the classifier (``_proj_broad``), never an alarm of its own
         # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
         # all update-ratio series that are off reaches params.breadth: a step size is global
         ok = broad_ok[c.det.mode] if (c.broad and c.self_ref) else None
@@ -707,7 +712,7 @@ def run_detection(
         int(examined.sum()),
         steps,
         {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()},
-        _proj_broad(cols, params),
+        _proj_broad(cols, params) if reference is None else None,  # its own history only
     )
 
 
@@ -766,20 +771,23 @@ def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
 
 
 def _proj_broad(cols: list[_Column], params: Params) -> np.ndarray | None:
-    """[points] bool: where the output projections' step size is off across layers (``_broad`` of
-    the ``proj_step_size`` columns: above ``z_accept`` in at least ``params.breadth`` of the
-    layers scored there, and in two at least), or None when no such series was scored (the run's
-    layout names no output projection, or a single layer was scored).  The low-precision fault
-    moves a collapsing layer's own projection, not every layer's."""
-    proj = [c for c in cols if c.det.role == "proj_step_size" and c.self_ref]
+    """[points] float: 1 where the output projections' step size is off across layers (``_broad``
+    of the ``proj_step_size`` columns: above ``z_accept`` in at least ``params.breadth`` of the
+    layers scored there, and in two at least), 0 where it is not, NaN where fewer than two layers
+    are scored (nothing to read there: not "calm").  None when there is nothing to read at all:
+    the layout names no output projection, or fewer than two layers are ever scored (and
+    ``run_detection`` does not read it against a reference run: it is the run's own history).  The
+    low-precision fault moves a collapsing layer's own projection, not every layer's."""
+    proj = [c for c in cols if c.det.role == "proj_step_size"]
     if not proj:
         return None
     scored = np.zeros((len(proj[0].sc.z), max(c.layer for c in proj) + 1), dtype=bool)
     for c in proj:
         scored[:, c.layer] |= np.isfinite(c.sc.z)
-    if scored.sum(axis=1).max(initial=0) < 2:
+    two = scored.sum(axis=1) >= 2
+    if not two.any():
         return None
-    return _broad(proj, params, counts=lambda c: True) & (scored.sum(axis=1) >= 2)
+    return np.where(two, _broad(proj, params, counts=lambda c: True).astype(np.float64), np.nan)
 
 
 def layer_scores(

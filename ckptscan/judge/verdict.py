@@ -87,7 +87,7 @@ def judge(
         timeline.steps,
         coverage,
         horizon=detection.point_at_or_after(loss["divergence_step"]),
-        proj_broad=detection.proj_broad,
+        proj_broad=_until(detection, loss["divergence_step"]),
     )
 
     div = loss["divergence_step"]
@@ -122,3 +122,13 @@ def judge(
         },
     }
     return _clean(out)
+
+
+def _until(detection: detect.Detection, divergence: int | None):
+    """``detection.proj_broad`` unread (NaN) after the point that holds the divergence: after it
+    everything moves, the output projections too."""
+    pb = detection.proj_broad
+    horizon = detection.point_at_or_after(divergence)
+    if pb is None or horizon is None or detection.point_steps is None:
+        return pb
+    return np.where(np.asarray(detection.point_steps) > horizon, np.nan, pb)

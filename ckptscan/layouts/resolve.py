@@ -489,7 +489,11 @@ class Builder:
             if layer not in hidden or len(shape) != 2 or hidden[layer] not in shape or 0 in shape:
                 self.note(f"{name}: shape {list(shape)} is not an output projection of this model; not read")
                 continue
-            load = Whole(self.src(name))
+            try:
+                load = Whole(self.src(name))
+            except LayoutError as e:  # e.g. an FP8 scale of the wrong shape: this layer's is not read
+                self.note(f"{e}; the output projection of layer {layer} is not read")
+                continue
             out.append(ProjBlock(layer=layer, tensors=load.names(), load=load))
         return out
 
