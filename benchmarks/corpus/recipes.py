@@ -1,11 +1,14 @@
-"""The corpus' run lists: two parts, fixed in code (deterministic), that share no seed.
+"""The corpus' run lists: parts fixed in code (deterministic), that share no seed.
 
-* ``calibration()``: where the detection rules are chosen (seeds 101-127).
-* ``reported()``: generated only after the rules are frozen (seeds 200-244); it also has recipe
+* ``calibration()``: where the detection rules were first chosen (seeds 101-127).
+* ``reported()``: generated only after the rules were frozen (seeds 200-244); it also has recipe
   variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
   and 20 % of the run, the OLMoE family, other onsets and severities.
+* ``fresh()``, ``final()``, ``holdout()``: the reported part's design with other seeds (300-344,
+  400-444, 500-544) and its cycles shifted, each generated after the rules had been chosen again
+  (docs/detection.md says on which parts).
 
-Both cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
+All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
 kind and LR shape, and benign events.  Each recipe has a healthy run; fault and benign runs are its
 twins (same seed, model, batches, schedule).

@@ -34,6 +34,8 @@ online detection pass is broadcast from rank 0, so every rank sees the same ``Al
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import time
@@ -210,7 +212,10 @@ class Monitor:
         self.rank, self.world = rank_and_world()
         self.src = ParamSource(model, rename)
         cfg = config if config is not None else model_config(model)
-        self.layout = resolve_layout(self.src.infos(), cfg, layout_file)
+        # no output projections in the loop: their step size would keep another d x H*h float32
+        # copy per layer on the training device; the classifier then falls back to the rule that
+        # does without them (docs/detection.md)
+        self.layout = dataclasses.replace(resolve_layout(self.src.infos(), cfg, layout_file), projections=[])
         first = next(iter(self.src.params.values()), None)
         dev = device if device is not None else (first.device if first is not None else "cpu")
         self.device = torch.device(dev)

@@ -252,6 +252,11 @@ def print_inspect(info: dict, console) -> None:
         for r in lay["routers"]:
             t.add_row(str(r["layer"]), str(r["experts"]), r["routing"], ", ".join(r["tensors"]))
         console.print(t)
+    if lay.get("projections"):
+        outs = lay["projections"]
+        console.print(
+            f"output projections (step size only): {len(outs)} layer(s), e.g. {', '.join(outs[0]['tensors'])}"
+        )
     for n in lay.get("notes", []):
         console.print(f"note: {n}")
     for tinfo in info.get("tensors", []):
