@@ -35,7 +35,6 @@ online detection pass is broadcast from rank 0, so every rank sees the same ``Al
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import math
 import time
