@@ -144,6 +144,17 @@ def _is_attention_step(a: Alarm) -> bool:
     return a.role == "step_size" and a.block.startswith("attn")
 
 
+def _projections_calm(proj_broad: np.ndarray | None, s0: int) -> bool:
+    """The output projections were read within ``DECISION_WINDOW`` points of the collapse at point
+    ``s0`` and their step size was off across layers nowhere there (``detect._proj_broad``: 1 off,
+    0 not, NaN unread; None: nothing to read).  Then a q/k step size growing with the collapse is
+    the collapsing layers' own update jumping, not a step size."""
+    if proj_broad is None:
+        return False
+    around = proj_broad[max(0, s0 - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1]
+    return bool(np.isfinite(around).any()) and not bool((around == 1).any())
+
+
 def _signature(
     alarms: list[Alarm], n_layers: int, proj_broad: np.ndarray | None = None
 ) -> tuple[str, str, str, list[Alarm]]:
@@ -169,23 +180,6 @@ def _signature(
         u0 = min((a.index for a in growth if _is_attention_step(a)), default=None)
         heads = {(a.layer, a.head) for a in structure if a.index <= s0 + DECISION_WINDOW}
         collapsed = sorted({layer for layer, _ in heads})
-        near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
-        # the q/k step size grew with the collapse, or just before it (the combined paths below),
-        # but the output projections' did not, across layers, around it: the collapsing layers'
-        # own updates jumped (``detect._proj_broad``; None: no projections to read)
-        around = (
-            proj_broad[max(0, s0 - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1]
-            if proj_broad is not None
-            else np.zeros(0)
-        )
-        local = (
-            u0 is not None
-            and (s0 - DECISION_WINDOW <= u0 < s0 or (s0 <= u0 <= s0 + DECISION_WINDOW and len(near) >= 2))
-            and bool(np.isfinite(around).any())  # read somewhere in the window ...
-            and not bool((around == 1).any())  # ... and off across layers nowhere in it
-        )
-        if local:
-            u0 = None
         if u0 is not None and u0 < s0 - DECISION_WINDOW:
             window = [a for a in alarms if a.index <= u0 + DECISION_WINDOW]
             grew = sorted({a.layer for a in window if a.role in LR_ROLES})
@@ -199,11 +193,14 @@ def _signature(
                 window,
             )
         window = [a for a in alarms if a.index <= s0 + DECISION_WINDOW]
+        near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
         if u0 is not None and u0 < s0:
             why = f"the attention step size grew {s0 - u0} point(s) before it"
         elif u0 is not None and u0 <= s0 + DECISION_WINDOW and len(near) >= 2:
             why = f"the step size grew with it, in {len(near)} update-ratio series"
-        elif local:
+        else:
+            why = None
+        if why is not None and _projections_calm(proj_broad, s0):
             return (
                 "lowprec_attention",
                 "lowprec_attention/projections-calm",
@@ -214,7 +211,7 @@ def _signature(
                 ),
                 window,
             )
-        else:
+        if why is None:
             return (
                 "lowprec_attention",
                 "lowprec_attention",
@@ -224,6 +221,7 @@ def _signature(
                 ),
                 window,
             )
+        assert u0 is not None  # ``why`` is set only where the step size grew
         path = "combined/step-size-first" if u0 < s0 else "combined/together"
         return (
             "combined",

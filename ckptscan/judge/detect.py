@@ -44,7 +44,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from ckptscan.monitors import DETECTORS, Detector, names
+from ckptscan.monitors import DETECTORS, Detector, Role, names
 from ckptscan.monitors import spec as monitor_spec
 
 
@@ -662,7 +662,7 @@ def run_detection(
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
     examined = np.zeros(len(steps), dtype=bool)
     for c in cols:
-        if c.det.role != "proj_step_size":  # read by the classifier only (``_proj_broad``)
+        if c.det.role != Role.PROJ_STEP:  # read by the classifier only (``_proj_broad``)
             examined |= np.isfinite(c.sc.z)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
     broad_ok = {
@@ -671,7 +671,7 @@ def run_detection(
     }
     for c in cols:
         sc = c.sc
-        if c.det.role == "proj_step_size":
+        if c.det.role == Role.PROJ_STEP:
             continue  # evidence for the classifier (``_proj_broad``), never an alarm of its own
         # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
         # all update-ratio series that are off reaches params.breadth: a step size is global
@@ -755,6 +755,13 @@ def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
     growing alone is that layer's own affair (an attention fault makes its update jump), and a
     router reacting to it is no step size either.  ``counts(column)``: which columns count (the
     attention q/k update ratios by default)."""
+    n_off, n_scored = _layers_off(cols, params, counts)
+    return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= np.minimum(2, n_scored))
+
+
+def _layers_off(cols: list[_Column], params: Params, counts=None) -> tuple[np.ndarray, np.ndarray]:
+    """([N], [N]): per checkpoint, how many layers have a counted column scoring above
+    ``z_accept``, and how many have one scored at all (``_broad``)."""
     counts = counts or (lambda c: names.key(c.det.monitor) == "update_ratio" and names.is_attention(c.name))
     n = len(cols[0].sc.z) if cols else 0
     layers = sorted({c.layer for c in cols})
@@ -766,8 +773,7 @@ def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
         j = layers.index(c.layer)
         scored[:, j] |= np.isfinite(c.sc.z)
         off[:, j] |= np.nan_to_num(c.sc.z, nan=-np.inf) > params.z_accept
-    n_off, n_scored = off.sum(axis=1), scored.sum(axis=1)
-    return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= np.minimum(2, n_scored))
+    return off.sum(axis=1), scored.sum(axis=1)
 
 
 def _proj_broad(cols: list[_Column], params: Params) -> np.ndarray | None:
@@ -778,16 +784,17 @@ def _proj_broad(cols: list[_Column], params: Params) -> np.ndarray | None:
     the layout names no output projection, or fewer than two layers are ever scored (and
     ``run_detection`` does not read it against a reference run: it is the run's own history).  The
     low-precision fault moves a collapsing layer's own projection, not every layer's."""
-    proj = [c for c in cols if c.det.role == "proj_step_size"]
+    proj = [c for c in cols if c.det.role == Role.PROJ_STEP]
     if not proj:
         return None
-    scored = np.zeros((len(proj[0].sc.z), max(c.layer for c in proj) + 1), dtype=bool)
-    for c in proj:
-        scored[:, c.layer] |= np.isfinite(c.sc.z)
-    two = scored.sum(axis=1) >= 2
+
+    def every(c: _Column) -> bool:
+        return True
+
+    two = _layers_off(proj, params, every)[1] >= 2
     if not two.any():
         return None
-    return np.where(two, _broad(proj, params, counts=lambda c: True).astype(np.float64), np.nan)
+    return np.where(two, _broad(proj, params, every).astype(np.float64), np.nan)
 
 
 def layer_scores(

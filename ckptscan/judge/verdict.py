@@ -80,14 +80,15 @@ def judge(
     coverage = detect.examination(detection, timeline.steps, params)
     overflow = [f for f in findings if f.get("kind") == "overflow"]
     # alarms triggered after the point that holds the divergence do not decide the class
+    horizon = detection.point_at_or_after(loss["divergence_step"])
     verdict = classify.classify(
         alarms,
         overflow,
         _layers(timeline),
         timeline.steps,
         coverage,
-        horizon=detection.point_at_or_after(loss["divergence_step"]),
-        proj_broad=_until(detection, loss["divergence_step"]),
+        horizon=horizon,
+        proj_broad=_until(detection, horizon),
     )
 
     div = loss["divergence_step"]
@@ -124,11 +125,10 @@ def judge(
     return _clean(out)
 
 
-def _until(detection: detect.Detection, divergence: int | None):
-    """``detection.proj_broad`` unread (NaN) after the point that holds the divergence: after it
-    everything moves, the output projections too."""
+def _until(detection: detect.Detection, horizon: int | None):
+    """``detection.proj_broad`` unread (NaN) after ``horizon``, the point that holds the
+    divergence: after it everything moves, the output projections too."""
     pb = detection.proj_broad
-    horizon = detection.point_at_or_after(divergence)
     if pb is None or horizon is None or detection.point_steps is None:
         return pb
     return np.where(np.asarray(detection.point_steps) > horizon, np.nan, pb)

@@ -43,11 +43,11 @@ FAMILY = register_family(
             "out",
             [("update_ratio", "pair", "up", "||dW_o||_F / ||W_o||_F (attention output projection)")],
         ),
-        # the same tests as the q/k update ratios (``attention.py``), and started only where their
-        # step size is off across layers (``broad``)
+        # scored by the same tests as the q/k update ratios (``attention.py``); the scores are
+        # read by the classifier only (``detect._proj_broad``): no alarm of their own
         detectors=(
-            Detector("out.update_ratio", "rate", True, False, 0.05, Role.PROJ_STEP, "trend", broad=True),
-            Detector("out.update_ratio", "shift", True, False, 0.3, Role.PROJ_STEP, broad=True),
+            Detector("out.update_ratio", "rate", True, False, 0.05, Role.PROJ_STEP, "trend"),
+            Detector("out.update_ratio", "shift", True, False, 0.3, Role.PROJ_STEP),
         ),
     )
 )
