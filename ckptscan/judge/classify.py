@@ -40,11 +40,12 @@ LR_ROLES = ("step_size", "second_order")
 # the corpus' final and fresh parts (133 + 133 runs, regenerated), judged with the rules as they
 # are (``benchmarks/corpus/score.py --confidence`` prints this table per part; these are the sums).
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (124, 144),
-    "lowprec_attention": (21, 32),
-    "lowprec_attention/projections-calm": (8, 9),  # q/k jumped with the collapse, the projections did not
-    "high_lr/step-size": (35, 39),  # no collapse: the step size (or the second-order term) grew
-    "high_lr/step-size-first": (5, 8),  # the step size grew well before a collapse
+    "healthy": (124, 142),
+    "lowprec_attention": (21, 30),
+    "lowprec_attention/projections-calm": (8, 10),  # q/k jumped with the collapse, the projections did not
+    "high_lr/step-size": (32, 35),  # no collapse: the step size (or the second-order term) grew
+    "high_lr/jump": (10, 11),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "high_lr/step-size-first": (6, 9),  # the step size grew well before a collapse
     "high_lr/logits": (1, 1),  # no collapse, only attention logits grew
     "combined/together": (9, 12),  # a collapse with the step size growing in two or more series
     "combined/step-size-first": (10, 10),  # the step size grew just before a collapse
@@ -236,6 +237,19 @@ def _signature(
     window = [a for a in alarms if a.index <= first.index + DECISION_WINDOW]
     lr = [a for a in window if a.role in LR_ROLES]
     layers = {a.layer for a in (lr or window)}
+    jumped = [a for a in lr if a.test == "jump"]
+    if jumped and first.test == "jump":
+        factor = min(a.score for a in jumped)
+        return (
+            "high_lr",
+            "high_lr/jump",
+            (
+                f"the step size jumped at step {first.first_step}, x{factor:.1f} or more over its level "
+                f"just before, in {len({a.layer for a in jumped})} of {n_layers} layer(s), the attention "
+                f"q/k updates and the output projections together, with no D2 entropy collapse first"
+            ),
+            window,
+        )
     if lr:
         return (
             "high_lr",

@@ -22,6 +22,12 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 4. *Alarms*: ``persist`` consecutive points with z > ``z``, dated at the first of them (the
    trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
    step size is off in enough layers (``_broad``).
+5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the fourth defined
+   value on, settled or not: the step size of the attention q/k updates *and* of the output
+   projections standing ``jump`` times above its level just before, at two checkpoints in a row,
+   in (three quarters of) every layer.  A too-large LR that jumps moves the whole model at once;
+   nothing else healthy training does (a warm-up rises gradually, a restart returns to a level
+   already seen) does so, and the low-precision fault leaves the output projections alone.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -76,6 +82,8 @@ class Params:
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
     )
+    jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
+    #                    level just before, at two checkpoints in a row (0: the rule is off)
 
 
 @dataclass
@@ -429,6 +437,87 @@ def step_size(timeline, detectors: Sequence[Detector] = DETECTORS) -> np.ndarray
     return out
 
 
+JUMP_SERIES = (
+    "out.update_ratio"  # the output projections: they move with the LR, not with the attention fault
+)
+JUMP_LAYERS = 0.25  # the quantile of the layers' jumps that must clear ``Params.jump``: 3/4 of the layers
+
+
+def jump_score(g: np.ndarray) -> np.ndarray:
+    """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values at i and at i + 1
+    both stand above the level before i: the higher of the value two checkpoints before and the
+    last value carried along its own last rise (a warm-up rises, and decelerates: its next rise is
+    never larger than its last; a restart falls first and climbs back to the level it left).  NaN
+    where any of the values from i - 3 to i + 1 is undefined."""
+    g = np.asarray(g, dtype=np.float64)
+    n = g.shape[0]
+    out = np.full(g.shape, np.nan)
+    if n < 5:
+        return out
+    i = np.arange(3, n - 1)
+    last, before = g[i - 1], g[i - 2]
+    level = np.maximum(last + np.maximum(last - before, 0.0), before)
+    jump = np.minimum(g[i], g[i + 1]) - level
+    ok = np.isfinite(np.stack([g[i + d] for d in (-3, -2, -1, 0, 1)])).all(axis=0)
+    out[i] = np.where(ok, jump, np.nan)
+    return out
+
+
+def jump_alarms(
+    timeline, params: Params = Params(), point_of=None, detectors: Sequence[Detector] = DETECTORS
+) -> list[Alarm]:
+    """A step-size jump across the whole model (at most one, at its first checkpoint): where, in at
+    least three quarters of the layers (``JUMP_LAYERS``), both the layer's attention step size
+    (``step_size``: q, k, router) and its output projection's (``JUMP_SERIES``) stand
+    ``params.jump`` times above their level just before (``jump_score``), one alarm per such
+    layer.  Read on the checkpoints themselves (a jump is one save interval wide, whatever the
+    cadence) and from the fourth defined value on, before the run settles too: a jump at the end
+    of the warm-up is the commonest.  Nothing to read without output projections (the q/k updates
+    of a collapsing layer jump too).  ``point_of``: checkpoint index -> scored point (blocks)."""
+    if params.jump <= 0 or JUMP_SERIES not in timeline:
+        return []
+    qk = jump_score(step_size(timeline, detectors))
+    proj = np.asarray(timeline.get(JUMP_SERIES), dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = jump_score(np.log(np.nanmedian(np.where(proj > 0, proj, np.nan), axis=2)))
+    n_l = min(qk.shape[1], out.shape[1])
+    if n_l == 0:
+        return []
+    per_layer = np.fmin(qk[:, :n_l], out[:, :n_l])  # both must have jumped (NaN where either is unread)
+    per_layer = np.where(np.isfinite(qk[:, :n_l]) & np.isfinite(out[:, :n_l]), per_layer, np.nan)
+    thr = float(np.log(params.jump))
+    steps = np.asarray(timeline.steps)
+    q_name = next(
+        iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
+    )
+    for i in range(len(steps)):
+        row = per_layer[i][np.isfinite(per_layer[i])]
+        if not len(row) or float(np.quantile(row, JUMP_LAYERS, method="lower")) <= thr:
+            continue
+        point = int(point_of[i]) if point_of is not None else i
+        return [
+            Alarm(
+                "attn.q.update_ratio",
+                q_name or "attn.q.update_ratio",
+                layer,
+                None,
+                int(steps[i]),
+                point,
+                float(np.exp(per_layer[i, layer])),  # the jump factor, not a z
+                Role.STEP_SIZE,
+                "up",
+                int(steps[i + 1]),
+                2,
+                int(steps[i]),
+                "jump",
+            )
+            for layer in range(n_l)
+            if per_layer[i, layer] > thr
+        ]
+    return []
+
+
 def dormant(timeline, params: Params = Params()) -> tuple[np.ndarray, np.ndarray]:
     """([N, L], [N, L, H]) bool: layers and heads whose attention is not learning yet at that
     checkpoint: the QK form's spectral norm (a layer: the median over its heads) is below
@@ -640,6 +729,7 @@ def run_detection(
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
     matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
     alarms: list[Alarm] = []
+    fine = timeline
     fine_steps = np.asarray(timeline.steps)
     starts, heads = examined_from(timeline, params, detectors)
     k = block_size(timeline, starts, params) if reference is None else 1
@@ -702,6 +792,8 @@ def run_detection(
             )
         )
     alarms = _drop_lone(alarms, params)
+    if reference is None:  # a jump is read against the run's own level just before it
+        alarms += jump_alarms(fine, params, block, detectors)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(
