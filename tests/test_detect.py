@@ -651,3 +651,83 @@ def test_unread_projections_are_not_calm_and_never_alarm(tmp_path):
     det = detect.run_detection(tl(_collapse_with_qk_jump(0, [0, 1])))
     assert np.nanmax(det.scores["out.update_ratio"]) > detect.Params().z
     assert det.alarms and not [a for a in det.alarms if a.block == "out.update_ratio"]
+
+
+def _fine_run_with_projections(seed, **kw):
+    """``_fine_run`` with output projections whose update ratio follows the same LR (its own noise)."""
+    steps, s = _fine_run(seed, **kw)
+    rng = np.random.default_rng(seed + 500)
+    base = np.median(s["attn.q.update_ratio"], axis=2, keepdims=True)[:, :, :1]
+    s["out.update_ratio"] = 0.7 * base * np.exp(0.03 * rng.standard_normal(base.shape))
+    return steps, s
+
+
+def test_jump_score_against_a_hand_computation():
+    """At checkpoint i: min(g[i], g[i+1]) less the level before, max(g[i-1] + its last rise if
+    positive, g[i-2]); NaN where any of g[i-3..i+1] is undefined."""
+    g = np.log(np.array([1.0, 2.0, 3.0, 3.0, 9.0, 8.0, 8.0, np.nan, 8.0, 8.0, 8.0, 8.0, 8.0]))[:, None]
+    j = detect.jump_score(g)[:, 0]
+    assert np.isnan(j[:3]).all() and np.isnan(j[-1])
+    np.testing.assert_allclose(j[3], np.log(3.0) - np.log(4.5))  # still rising: 3 x 1.5 carried forward
+    np.testing.assert_allclose(j[4], np.log(8.0) - np.log(3.0))  # 3 -> 9, then 8: x8/3 over 3
+    np.testing.assert_allclose(j[5], np.log(8.0) - np.log(27.0))  # after the jump: its rise carried on
+    assert np.isnan(j[6:11]).all()  # a gap within i-3..i+1
+    assert np.isfinite(j[11]) and np.allclose(j[11], 0.0)  # flat: no jump
+
+
+def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
+    """The LR jumps x2.5 just after a 100-step warm-up (saves every 10 steps): q, k and the output
+    projections jump together in both layers.  The old rules scored a layer only once it had
+    settled (the jump pushes that past the end of the warm-up transient), and the trend they
+    carried forward absorbed the new level: no alarm.  The jump rule dates it at its checkpoint."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        j = 12  # step 130
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+            s[name][j:] *= 2.5
+        t = Timeline.from_arrays(steps, s)
+        old = judge(tmp_path, t, [], params=detect.Params(jump=0.0))["verdict"]
+        assert old["fault_type"] in ("healthy", "inconclusive"), (seed, old["decision"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", steps[j]), seed
+        alarms = detect.jump_alarms(t)
+        assert {a.layer for a in alarms} == {0, 1} and all(a.test == "jump" and a.score > 2 for a in alarms)
+        assert all(a.confirmed_step == steps[j + 1] for a in alarms)
+
+
+def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
+    """What the jump rule must not read as a jump: a linear warm-up from 0 (its rise decelerates),
+    a restart (the LR falls to almost 0 and warms up again, over five checkpoints, to where it
+    was), a one-checkpoint dip and a one-checkpoint spike of every update (x5), the q/k updates of both layers jumping x3 with the
+    output projections calm (what a collapsing layer's updates do under the low-precision fault),
+    and one layer's updates jumping alone (a layer waking up)."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        assert detect.jump_alarms(Timeline.from_arrays(steps, s)) == [], seed
+        names = ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio")
+        restart = {k: v.copy() for k, v in s.items()}
+        for name in names:
+            restart[name][60:65] *= np.array([0.05, 0.25, 0.45, 0.65, 0.85])[:, None, None]
+        assert detect.jump_alarms(Timeline.from_arrays(steps, restart)) == [], seed
+        dip = {k: v.copy() for k, v in s.items()}
+        for name in names:
+            dip[name][60] *= 0.1
+        assert detect.jump_alarms(Timeline.from_arrays(steps, dip)) == [], seed
+        spike = {k: v.copy() for k, v in s.items()}
+        for name in names:
+            spike[name][60] *= 5.0
+        assert detect.jump_alarms(Timeline.from_arrays(steps, spike)) == [], seed
+        qk = {k: v.copy() for k, v in s.items()}
+        for name in names[:2]:
+            qk[name][60:] *= 3.0
+        assert detect.jump_alarms(Timeline.from_arrays(steps, qk)) == [], seed
+        qk["out.update_ratio"][60:] *= 3.0  # the projections too: the whole model jumped
+        assert [a.first_step for a in detect.jump_alarms(Timeline.from_arrays(steps, qk))] == [steps[60]] * 2
+        lone = {k: v.copy() for k, v in s.items()}
+        for name in names:
+            lone[name][60:, 1] *= 3.0
+        assert detect.jump_alarms(Timeline.from_arrays(steps, lone)) == [], seed
+        del s["out.update_ratio"]  # nothing to confirm a q/k jump with: the rule is not read
+        for name in names[:2]:
+            s[name][60:] *= 3.0
+        assert detect.jump_alarms(Timeline.from_arrays(steps, s)) == [], seed
