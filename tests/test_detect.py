@@ -591,19 +591,20 @@ def test_one_accepted_value_is_no_baseline():
     assert np.isnan(new.z[3]) and np.isfinite(new.z[4])
 
 
-def _collapse_with_qk_jump(seed, out_layers):
+def _collapse_with_qk_jump(seed, out_layers, factor=8.0):
     """Two heads of layer 1 collapse at checkpoint 10 while the q/k update ratios of both layers
-    jump x3 and stay (what the low-precision fault does to a collapsing model's updates, and what a
-    step size does too); the output projections' update ratios jump in ``out_layers`` only."""
+    jump x8 and stay, above anything they had since the run settled (what the low-precision fault
+    does to a collapsing model's updates, and what a step size does too); the output projections'
+    update ratios jump in ``out_layers`` only."""
     s = healthy(seed)
     s["attn.D2.entropy2"][10:, 1, :2] = 0.1
     for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
-        s[name][10:] *= 3.0
+        s[name][10:] *= factor
     out = np.full((len(STEPS), L, 1), np.nan)
     out[1:] = np.median(s["attn.q.update_ratio"][1:], axis=2, keepdims=True) * 0.7
-    out[10:] /= 3.0
+    out[10:] /= factor
     for layer in out_layers:
-        out[10:, layer] *= 3.0
+        out[10:, layer] *= factor
     s["out.update_ratio"] = out
     return s
 
@@ -689,7 +690,11 @@ def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
         old = judge(tmp_path, t, [], params=detect.Params(jump=0.0))["verdict"]
         assert old["fault_type"] in ("healthy", "inconclusive"), (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
-        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", steps[j]), seed
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == (
+            "high_lr",
+            "high_lr/jump",
+            steps[j],
+        ), seed
         alarms = detect.jump_alarms(t)
         assert {a.layer for a in alarms} == {0, 1} and all(a.test == "jump" and a.score > 2 for a in alarms)
         assert all(a.confirmed_step == steps[j + 1] for a in alarms)
@@ -698,9 +703,9 @@ def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
 def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
     """What the jump rule must not read as a jump: a linear warm-up from 0 (its rise decelerates),
     a restart (the LR falls to almost 0 and warms up again, over five checkpoints, to where it
-    was), a one-checkpoint dip and a one-checkpoint spike of every update (x5), the q/k updates of both layers jumping x3 with the
-    output projections calm (what a collapsing layer's updates do under the low-precision fault),
-    and one layer's updates jumping alone (a layer waking up)."""
+    was), a one-checkpoint dip and a one-checkpoint spike of every update (x5), the q/k updates
+    of both layers jumping x3 with the output projections calm (what a collapsing layer's updates
+    do under the low-precision fault), and one layer's updates jumping alone (a layer waking up)."""
     for seed in range(4):
         steps, s = _fine_run_with_projections(seed)
         assert detect.jump_alarms(Timeline.from_arrays(steps, s)) == [], seed
@@ -731,3 +736,31 @@ def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
         for name in names[:2]:
             s[name][60:] *= 3.0
         assert detect.jump_alarms(Timeline.from_arrays(steps, s)) == [], seed
+
+
+def test_a_warm_restart_returns_to_a_level_already_seen():
+    """Cosine with warm restarts: the LR decays for 80 checkpoints to a tenth, then jumps straight
+    back to its peak (x7 in one save interval, in every module).  The jump alone read that as
+    ``high_lr/jump``, and the shift test (the level off its carried trend) alarmed 60 steps later;
+    the step size only returns to a level the settled run has had, which a too-large LR goes above
+    (``above_settled``).  The same jump x4 higher alarms."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        cycle = np.ones(len(steps))
+        cycle[20:100] = 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.arange(80) / 80))
+        # back to the peak LR; the update ratio lower than at the first cycle's start: the weights grew
+        cycle[100:] = 0.7 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.arange(len(steps) - 100) / 80)))
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+            s[name] = s[name] * cycle[:, None, None]
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        assert (starts < 100).all(), seed
+        assert [a.first_step for a in detect.jump_alarms(t)] == [steps[100]] * 2, seed  # no settled history
+        assert detect.jump_alarms(t, starts=starts) == [], seed
+        assert detect.detect(t) == [], seed  # the shift test too: its level is not above the settled high
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+            s[name][100:] *= 4.0
+        t = Timeline.from_arrays(steps, s)
+        assert [a.first_step for a in detect.jump_alarms(t, starts=detect.layer_starts(t))] == [
+            steps[100]
+        ] * 2

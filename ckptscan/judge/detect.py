@@ -1,7 +1,7 @@
 """Baselines, scores and persistent alarms: when did each monitor leave healthy behaviour?
 
 A fault is a deviation from healthy behaviour, not a low value by itself (docs/detection.md).
-``run_detection`` does four things, each in a function of its own:
+``run_detection`` does five things, each in a function of its own:
 
 1. *What is examined* (``layer_starts``, ``head_starts``, ``dormant``): a layer is scored once it
    has left its early phase, read from its weights: its step size (``step_size``, the log of its
@@ -25,9 +25,11 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the fourth defined
    value on, settled or not: the step size of the attention q/k updates *and* of the output
    projections standing ``jump`` times above its level just before, at two checkpoints in a row,
-   in (three quarters of) every layer.  A too-large LR that jumps moves the whole model at once;
-   nothing else healthy training does (a warm-up rises gradually, a restart returns to a level
-   already seen) does so, and the low-precision fault leaves the output projections alone.
+   and above anything it had since the layer settled, in three quarters of the layers (two at
+   least).  A too-large LR that jumps moves the whole model at once; a warm-up rises gradually, a
+   restart returns to a level already seen, and the low-precision fault leaves the output
+   projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
+   settled high (``above_settled``).
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -95,7 +97,7 @@ class Alarm:
     first_step: (
         int  # first checkpoint of the alarm (start of the non-normal stretch leading into the trigger)
     )
-    index: int  # timeline index of the trigger's first checkpoint (what the classifier orders by)
+    index: int  # scored point (block) of the trigger's first checkpoint (what the classifier orders by)
     score: float  # largest score over the sustained run
     role: str
     direction: str
@@ -437,18 +439,17 @@ def step_size(timeline, detectors: Sequence[Detector] = DETECTORS) -> np.ndarray
     return out
 
 
-JUMP_SERIES = (
-    "out.update_ratio"  # the output projections: they move with the LR, not with the attention fault
-)
-JUMP_LAYERS = 0.25  # the quantile of the layers' jumps that must clear ``Params.jump``: 3/4 of the layers
+# the output projections: they move with the LR, not with the attention fault
+JUMP_SERIES = "out.update_ratio"
+JUMP_LAYERS = 0.75  # the share of the layers read (two at least) in which the step size must have jumped
 
 
 def jump_score(g: np.ndarray) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values at i and at i + 1
     both stand above the level before i: the higher of the value two checkpoints before and the
     last value carried along its own last rise (a warm-up rises, and decelerates: its next rise is
-    never larger than its last; a restart falls first and climbs back to the level it left).  NaN
-    where any of the values from i - 3 to i + 1 is undefined."""
+    never larger than its last; a dip of one checkpoint is covered by the value before it).  NaN
+    where any of the values from i - 3 to i + 1 is undefined (three values before i at least)."""
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
     out = np.full(g.shape, np.nan)
@@ -463,57 +464,90 @@ def jump_score(g: np.ndarray) -> np.ndarray:
     return out
 
 
+def above_settled(g: np.ndarray, starts: np.ndarray | None) -> np.ndarray:
+    """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values at i and i + 1
+    both stand above the highest value of the layer since it settled (``layer_starts``: from its
+    first examined checkpoint to i - 1); +inf where the layer had not settled before i (nothing to
+    compare with), NaN where i or i + 1 is undefined.  A restart of the schedule (cosine with warm
+    restarts) returns the step size to a level the settled run has had; a too-large LR goes above."""
+    g = np.asarray(g, dtype=np.float64)
+    n, n_l = g.shape
+    out = np.full(g.shape, np.nan)
+    for layer in range(n_l):
+        s0 = int(starts[layer]) if starts is not None and layer < len(starts) else n
+        high = -np.inf
+        for i in range(n - 1):
+            now = min(g[i, layer], g[i + 1, layer])
+            if np.isfinite(now):
+                out[i, layer] = now - high if i > s0 else np.inf
+            if i >= s0 and np.isfinite(g[i, layer]):
+                high = max(high, g[i, layer])
+    return out
+
+
 def jump_alarms(
-    timeline, params: Params = Params(), point_of=None, detectors: Sequence[Detector] = DETECTORS
+    timeline,
+    params: Params = Params(),
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
 ) -> list[Alarm]:
-    """A step-size jump across the whole model (at most one, at its first checkpoint): where, in at
-    least three quarters of the layers (``JUMP_LAYERS``), both the layer's attention step size
-    (``step_size``: q, k, router) and its output projection's (``JUMP_SERIES``) stand
-    ``params.jump`` times above their level just before (``jump_score``), one alarm per such
-    layer.  Read on the checkpoints themselves (a jump is one save interval wide, whatever the
-    cadence) and from the fourth defined value on, before the run settles too: a jump at the end
-    of the warm-up is the commonest.  Nothing to read without output projections (the q/k updates
-    of a collapsing layer jump too).  ``point_of``: checkpoint index -> scored point (blocks)."""
+    """A step-size jump across the whole model: the first checkpoint at which, in at least
+    ``JUMP_LAYERS`` of the layers whose step size is read there (and in two of them where two or
+    more are), both the layer's attention step size (``step_size``: q, k, router) and its output
+    projection's (``JUMP_SERIES``) stand ``params.jump`` times above their level just before
+    (``jump_score``) and above anything they reached since the layer settled (``above_settled``;
+    ``starts``: ``layer_starts``, checkpoint indices); one alarm per layer that jumped, its score
+    the smaller of the two jump factors (not a z).  Read on the checkpoints themselves (a jump is
+    one save interval wide, whatever the cadence) and from the fourth defined value on, before the
+    run settles too: a jump at the end of the warm-up is the commonest.  Nothing to read without
+    output projections (the q/k updates of a collapsing layer jump too).  ``point_of``: checkpoint
+    index -> scored point (the block it falls in)."""
     if params.jump <= 0 or JUMP_SERIES not in timeline:
         return []
-    qk = jump_score(step_size(timeline, detectors))
+    g = step_size(timeline, detectors)
     proj = np.asarray(timeline.get(JUMP_SERIES), dtype=np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        out = jump_score(np.log(np.nanmedian(np.where(proj > 0, proj, np.nan), axis=2)))
-    n_l = min(qk.shape[1], out.shape[1])
+        go = np.log(np.nanmedian(np.where(proj > 0, proj, np.nan), axis=2))
+    n_l = min(g.shape[1], go.shape[1])
     if n_l == 0:
         return []
-    per_layer = np.fmin(qk[:, :n_l], out[:, :n_l])  # both must have jumped (NaN where either is unread)
-    per_layer = np.where(np.isfinite(qk[:, :n_l]) & np.isfinite(out[:, :n_l]), per_layer, np.nan)
+    g, go = g[:, :n_l], go[:, :n_l]
+    qk = jump_score(g)
+    factor = np.fmin(qk, jump_score(go))  # both must have jumped
     thr = float(np.log(params.jump))
+    with np.errstate(invalid="ignore"):
+        jumped = (
+            (qk > thr) & (factor > thr) & (above_settled(g, starts) > 0) & (above_settled(go, starts) > 0)
+        )
     steps = np.asarray(timeline.steps)
-    q_name = next(
+    name = next(
         iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
     )
-    for i in range(len(steps)):
-        row = per_layer[i][np.isfinite(per_layer[i])]
-        if not len(row) or float(np.quantile(row, JUMP_LAYERS, method="lower")) <= thr:
+    for i in range(len(steps) - 1):
+        read = int(np.isfinite(qk[i]).sum())  # layers whose step size is read at i
+        if read == 0 or jumped[i].sum() < max(min(2, read), int(np.ceil(JUMP_LAYERS * read))):
             continue
         point = int(point_of[i]) if point_of is not None else i
+        points = int(point_of[i + 1]) - point + 1 if point_of is not None else 2
         return [
             Alarm(
                 "attn.q.update_ratio",
-                q_name or "attn.q.update_ratio",
+                name or "attn.q.update_ratio",
                 layer,
                 None,
                 int(steps[i]),
                 point,
-                float(np.exp(per_layer[i, layer])),  # the jump factor, not a z
+                float(np.exp(factor[i, layer])),  # the jump factor, not a z
                 Role.STEP_SIZE,
                 "up",
                 int(steps[i + 1]),
-                2,
+                points,
                 int(steps[i]),
                 "jump",
             )
-            for layer in range(n_l)
-            if per_layer[i, layer] > thr
+            for layer in np.flatnonzero(jumped[i]).tolist()
         ]
     return []
 
@@ -732,6 +766,7 @@ def run_detection(
     fine = timeline
     fine_steps = np.asarray(timeline.steps)
     starts, heads = examined_from(timeline, params, detectors)
+    fine_starts = starts
     k = block_size(timeline, starts, params) if reference is None else 1
     block = np.arange(len(fine_steps))
     if k > 1:  # a block is scored for a column once all its checkpoints are
@@ -754,6 +789,8 @@ def run_detection(
     for c in cols:
         if c.det.role != Role.PROJ_STEP:  # read by the classifier only (``_proj_broad``)
             examined |= np.isfinite(c.sc.z)
+    with np.errstate(invalid="ignore"):  # [points, L]: the step size above its settled high (or unread)
+        new_high = ~(above_settled(step_size(timeline, detectors), starts) <= 0)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
     broad_ok = {
         mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
@@ -766,6 +803,15 @@ def run_detection(
         # a self-referenced update-ratio alarm starts (and is dated back) only where the share of
         # all update-ratio series that are off reaches params.breadth: a step size is global
         ok = broad_ok[c.det.mode] if (c.broad and c.self_ref) else None
+        if (
+            c.self_ref
+            and c.det.role == Role.STEP_SIZE
+            and c.det.mode == "shift"
+            and c.layer < new_high.shape[1]
+        ):
+            # a level off its trend counts only above anything the layer had since it settled: a
+            # restart (a new warm-up, cosine with warm restarts) returns to a level already seen
+            ok = new_high[:, c.layer] if ok is None else (ok & new_high[:, c.layer])
         i = first_sustained(sc.exceed, params.persist, ok)
         if i is None:
             continue
@@ -793,7 +839,7 @@ def run_detection(
         )
     alarms = _drop_lone(alarms, params)
     if reference is None:  # a jump is read against the run's own level just before it
-        alarms += jump_alarms(fine, params, block, detectors)
+        alarms += jump_alarms(fine, params, block, detectors, fine_starts)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(

@@ -38,7 +38,9 @@ def _evidence_text(items: list[dict]) -> str:
         where = f"layer {e.get('layer', '-')}" + ("" if e.get("head") is None else f" head {e.get('head')}")
         score = e.get("score")
         score_s = f", score {score:.3g}" if isinstance(score, (int, float)) else ""
-        lines.append(f"{e.get('monitor')}: {where}, first alarm at step {data.evidence_step(e)}{score_s}")
+        lines.append(
+            f"{data.evidence_monitor(e)}: {where}, first alarm at step {data.evidence_step(e)}{score_s}"
+        )
     return "\n".join(lines)
 
 
@@ -269,7 +271,7 @@ def step_summary_markdown(result) -> str:
         for e in v["evidence"][:20]:
             sc = e.get("score")
             out.append(
-                f"| {_md(e.get('monitor'))} | {_md(e.get('layer'))} | {_md(e.get('head'))} | "
+                f"| {_md(data.evidence_monitor(e))} | {_md(e.get('layer'))} | {_md(e.get('head'))} | "
                 f"{_md(data.evidence_step(e))} | {_md(f'{sc:.3g}' if isinstance(sc, (int, float)) else sc)} |"
             )
         out.append("")

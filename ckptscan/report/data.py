@@ -177,6 +177,13 @@ def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 
 
+def evidence_monitor(e: dict) -> str:
+    """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, and that its
+    score is the jump factor, not a z."""
+    m = str(e.get("monitor", ""))
+    return f"{m} (jump: score = factor)" if e.get("test") == "jump" else m
+
+
 def markers(summary: dict) -> dict[str, int | None]:
     """The steps every timeline marks: earliest anomaly, loss divergence, log-only alarm."""
     v = verdict(summary)

@@ -319,7 +319,7 @@ def _verdict_html(s: dict) -> str:
     ]
     facts_html = "".join(f"<div><span>{_e(k)}</span><b>{_e(val)}</b></div>" for k, val in facts)
     rows = "".join(
-        f"<tr><td>{_e(e.get('monitor'))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
+        f"<tr><td>{_e(data.evidence_monitor(e))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
         f"<td>{_e(data.evidence_step(e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
         for e in v["evidence"][:50]
     )

@@ -107,7 +107,7 @@ def _evidence_table(s: dict, console) -> None:
         t.add_column(col, justify="left" if col == "monitor" else "right")
     for e in ev[:15]:
         t.add_row(
-            escape(str(e.get("monitor", ""))),
+            escape(data.evidence_monitor(e)),
             _fmt_step(e.get("layer")),
             _fmt_step(e.get("head")),
             _fmt_step(data.evidence_step(e)),
