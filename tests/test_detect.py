@@ -647,7 +647,7 @@ def test_unread_projections_are_not_calm_and_never_alarm(tmp_path):
     s = _collapse_with_qk_jump(2, [1])
     s["out.update_ratio"][8:13] = np.nan
     assert judge(tmp_path, tl(s), [])["verdict"]["decision"] == "combined/together"
-    # every layer's projection jumps x3 and stays, with the q/k step size off across layers: it
+    # every layer's projection jumps x8 and stays, with the q/k step size off across layers: it
     # would alarm (shift test) if it could; its scores are there, its alarms are not
     det = detect.run_detection(tl(_collapse_with_qk_jump(0, [0, 1])))
     assert np.nanmax(det.scores["out.update_ratio"]) > detect.Params().z
@@ -687,7 +687,7 @@ def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
         for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
             s[name][j:] *= 2.5
         t = Timeline.from_arrays(steps, s)
-        old = judge(tmp_path, t, [], params=detect.Params(jump=0.0))["verdict"]
+        old = judge(tmp_path, t, [], params=detect.Params(jump=0.0))["verdict"]  # without the jump test
         assert old["fault_type"] in ("healthy", "inconclusive"), (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
         assert (v["fault_type"], v["decision"], v["earliest_step"]) == (
@@ -764,3 +764,18 @@ def test_a_warm_restart_returns_to_a_level_already_seen():
         assert [a.first_step for a in detect.jump_alarms(t, starts=detect.layer_starts(t))] == [
             steps[100]
         ] * 2
+        assert {a.test for a in detect.detect(t)} >= {"jump", "shift"}, seed  # the gate lets it through
+
+
+def test_an_lr_lowered_for_a_while_and_restored_is_no_jump():
+    """After the run settled, the LR is cut to a fifth for five checkpoints and then restored at
+    once: x5 over the level just before, but back to a level the settled run had: no jump alarm
+    (the first version of the rule, without ``above_settled``, raised one)."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+            s[name][80:85] *= 0.2
+        t = Timeline.from_arrays(steps, s)
+        assert (detect.layer_starts(t) < 80).all(), seed
+        assert [a.first_step for a in detect.jump_alarms(t)] == [steps[85]] * 2, seed  # no settled history
+        assert not [a for a in detect.detect(t) if a.role == "step_size"], seed

@@ -239,12 +239,12 @@ def _signature(
     layers = {a.layer for a in (lr or window)}
     jumped = [a for a in lr if a.test == "jump"]
     if jumped and min(a.index for a in jumped) == first.index:  # a jump among the first alarms
-        factor = min(a.score for a in jumped)
+        factor, at = min(a.score for a in jumped), min(a.first_step for a in jumped)
         return (
             "high_lr",
             "high_lr/jump",
             (
-                f"the step size jumped at step {first.first_step}, x{factor:.1f} or more over its level "
+                f"the step size jumped at step {at}, x{factor:.1f} or more over its level "
                 f"just before, in {len({a.layer for a in jumped})} of {n_layers} layer(s), the attention "
                 f"q/k updates and the output projections together, with no D2 entropy collapse first"
             ),

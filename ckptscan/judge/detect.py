@@ -25,10 +25,10 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the fourth defined
    value on, settled or not: the step size of the attention q/k updates *and* of the output
    projections standing ``jump`` times above its level just before, at two checkpoints in a row,
-   and above anything it had since the layer settled, in three quarters of the layers (two at
-   least).  A too-large LR that jumps moves the whole model at once; a warm-up rises gradually, a
-   restart returns to a level already seen, and the low-precision fault leaves the output
-   projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
+   and above anything it had since the layer settled, in three quarters of the layers read (two
+   at least where two or more are).  A too-large LR that jumps moves the whole model at once; a
+   warm-up rises gradually, a restart returns to a level already seen, and the low-precision
+   fault leaves the output projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
    settled high (``above_settled``).
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
@@ -104,7 +104,7 @@ class Alarm:
     confirmed_step: int | None = None  # the checkpoint that completed the persistence rule
     length: int = 0  # points the sustained excursion lasted (from the trigger on)
     trigger_step: int = 0  # the step of the trigger's first point
-    test: str = ""  # the detector's mode: "level", "rate" or "shift"
+    test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``
 
     def as_dict(self) -> dict:
         return {
@@ -441,7 +441,9 @@ def step_size(timeline, detectors: Sequence[Detector] = DETECTORS) -> np.ndarray
 
 # the output projections: they move with the LR, not with the attention fault
 JUMP_SERIES = "out.update_ratio"
-JUMP_LAYERS = 0.75  # the share of the layers read (two at least) in which the step size must have jumped
+JUMP_LAYERS = (
+    0.75  # share of the layers read in which the step size must have jumped (two, where 2+ are read)
+)
 
 
 def jump_score(g: np.ndarray) -> np.ndarray:
@@ -515,7 +517,7 @@ def jump_alarms(
         return []
     g, go = g[:, :n_l], go[:, :n_l]
     qk = jump_score(g)
-    factor = np.fmin(qk, jump_score(go))  # both must have jumped
+    factor = np.minimum(qk, jump_score(go))  # both must have jumped (NaN where either is unread)
     thr = float(np.log(params.jump))
     with np.errstate(invalid="ignore"):
         jumped = (
@@ -757,7 +759,8 @@ def detect(
 def run_detection(
     timeline, params: Params = Params(), reference=None, detectors: Sequence[Detector] = DETECTORS
 ) -> Detection:
-    """Every sustained alarm in ``timeline`` (one per scored column at most), earliest first.
+    """Every sustained alarm in ``timeline`` (one per scored column at most, and the jump rule's,
+    one per layer that jumped: ``jump_alarms``), earliest first.
 
     Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
