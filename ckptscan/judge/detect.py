@@ -420,11 +420,12 @@ def examined_from(
     return layers, head_starts(timeline, layers, params, heads_asleep)
 
 
-def step_size(timeline, detectors: Sequence[Detector] = DETECTORS) -> np.ndarray:
+def step_size(timeline, detectors: Sequence[Detector] = DETECTORS, role: str = Role.STEP_SIZE) -> np.ndarray:
     """[N, L]: each layer's step size at each checkpoint: the log of the median, over the layer's
     update-ratio series (q, k and router; each the median over its heads), of ||dW|| / ||W||
-    (NaN where none is defined)."""
-    monitors = dict.fromkeys(det.monitor for det in detectors if det.role == "step_size")
+    (NaN where none is defined).  ``role``: the series of another role instead (``PROJ_STEP``:
+    the output projections')."""
+    monitors = dict.fromkeys(det.monitor for det in detectors if det.role == role)
     n = len(timeline.steps)
     per_layer: dict[int, list[np.ndarray]] = {}
     for m in monitors:
@@ -439,8 +440,6 @@ def step_size(timeline, detectors: Sequence[Detector] = DETECTORS) -> np.ndarray
     return out
 
 
-# the output projections: they move with the LR, not with the attention fault
-JUMP_SERIES = "out.update_ratio"
 JUMP_LAYERS = (
     0.75  # share of the layers read in which the step size must have jumped (two, where 2+ are read)
 )
@@ -497,25 +496,21 @@ def jump_alarms(
     """A step-size jump across the whole model: the first checkpoint at which, in at least
     ``JUMP_LAYERS`` of the layers whose step size is read there (and in two of them where two or
     more are), both the layer's attention step size (``step_size``: q, k, router) and its output
-    projection's (``JUMP_SERIES``) stand ``params.jump`` times above their level just before
-    (``jump_score``) and above anything they reached since the layer settled (``above_settled``;
+    projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above
+    their level just before (``jump_score``) and above anything they reached since the layer settled (``above_settled``;
     ``starts``: ``layer_starts``, checkpoint indices); one alarm per layer that jumped, its score
     the smaller of the two jump factors (not a z).  Read on the checkpoints themselves (a jump is
     one save interval wide, whatever the cadence) and from the fourth defined value on, before the
     run settles too: a jump at the end of the warm-up is the commonest.  Nothing to read without
     output projections (the q/k updates of a collapsing layer jump too).  ``point_of``: checkpoint
     index -> scored point (the block it falls in)."""
-    if params.jump <= 0 or JUMP_SERIES not in timeline:
+    if params.jump <= 0:
         return []
     g = step_size(timeline, detectors)
-    proj = np.asarray(timeline.get(JUMP_SERIES), dtype=np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        go = np.log(np.nanmedian(np.where(proj > 0, proj, np.nan), axis=2))
-    n_l = min(g.shape[1], go.shape[1])
-    if n_l == 0:
-        return []
-    g, go = g[:, :n_l], go[:, :n_l]
+    # the output projections' (they move with the LR, not with the attention fault); NaN: unread
+    go = np.full(g.shape, np.nan)
+    proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
+    go[:, : proj.shape[1]] = proj
     qk = jump_score(g)
     factor = np.minimum(qk, jump_score(go))  # both must have jumped (NaN where either is unread)
     thr = float(np.log(params.jump))

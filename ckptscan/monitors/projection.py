@@ -44,7 +44,8 @@ FAMILY = register_family(
             [("update_ratio", "pair", "up", "||dW_o||_F / ||W_o||_F (attention output projection)")],
         ),
         # scored by the same tests as the q/k update ratios (``attention.py``); the scores are
-        # read by the classifier only (``detect._proj_broad``): no alarm of their own
+        # read by the classifier only (``detect._proj_broad``): no alarm of their own (the
+        # step-size jump rule, ``detect.jump_alarms``, reads the series itself)
         detectors=(
             Detector("out.update_ratio", "rate", True, False, 0.05, Role.PROJ_STEP, "trend"),
             Detector("out.update_ratio", "shift", True, False, 0.3, Role.PROJ_STEP),
