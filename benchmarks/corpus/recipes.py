@@ -4,9 +4,9 @@
 * ``reported()``: generated only after the rules were frozen (seeds 200-244); it also has recipe
   variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
   and 20 % of the run, the OLMoE family, other onsets and severities.
-* ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``: the reported part's design with other
-  seeds (300-344, 400-444, 500-544, 600-644) and its cycles shifted, each generated after the
-  rules had been chosen again (docs/detection.md says on which parts).
+* ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``, ``holdout3()``: the reported part's
+  design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744) and its cycles shifted,
+  each generated after the rules had been chosen again (docs/detection.md says on which parts).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
@@ -301,6 +301,13 @@ def holdout2() -> list[RunSpec]:
     return _held_out(seed0=600, shift=3)
 
 
+def holdout3() -> list[RunSpec]:
+    """A sixth held-out part, generated after the jump rule was widened on final, fresh, holdout and
+    holdout2 (a jump between two saves, a one-checkpoint spike, the level on a steady fall): other
+    seeds (700-744), the cycles shifted by 5."""
+    return _held_out(seed0=700, shift=5)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -370,4 +377,5 @@ PARTS = {
     "final": final,
     "holdout": holdout,
     "holdout2": holdout2,
+    "holdout3": holdout3,
 }

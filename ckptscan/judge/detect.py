@@ -24,7 +24,10 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    step size is off in enough layers (``_broad``).
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the fourth defined
    value on, settled or not: the step size of the attention q/k updates *and* of the output
-   projections standing ``jump`` times above its level just before, at two checkpoints in a row,
+   projections standing ``jump`` times above its level just before, at two checkpoints in a row
+   (or at the two after a checkpoint that rose part way, where the layer has settled: a jump
+   between two saves; or ``jump_spike`` times at one checkpoint, the next still above the level,
+   where the saves are evenly spaced: Adam takes a jump and falls back within a long interval),
    and above anything it had since the layer settled, in three quarters of the layers read (two
    at least where two or more are).  A too-large LR that jumps moves the whole model at once; a
    warm-up rises gradually, a restart returns to a level already seen, and the low-precision
@@ -86,6 +89,7 @@ class Params:
     )
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
+    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next still above it
 
 
 @dataclass
@@ -445,44 +449,89 @@ JUMP_LAYERS = (
 )
 
 
-def jump_score(g: np.ndarray) -> np.ndarray:
-    """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values at i and at i + 1
-    both stand above the level before i: the higher of the value two checkpoints before and the
-    last value carried along its own last rise (a warm-up rises, and decelerates: its next rise is
-    never larger than its last; a dip of one checkpoint is covered by the value before it).  NaN
-    where any of the values from i - 3 to i + 1 is undefined (three values before i at least)."""
+def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
+    two checkpoints before and the last value carried along its own last rise (a warm-up rises,
+    and decelerates: its next rise is never larger than its last; a dip of one checkpoint is
+    covered by the value before it); on a steady fall (i - 3 > i - 2 > i - 1) the last value (the
+    step size of an optimizer whose weights grow falls, and a jump is read against where it got)."""
+    last, before = g[i - 1], g[i - 2]
+    level = np.maximum(last + np.maximum(last - before, 0.0), before)
+    with np.errstate(invalid="ignore"):
+        falling = (last < before) & (before < g[i - 3])
+    return np.where(falling, last, level)
+
+
+JUMP_SHAPES = ("jump", "straddle", "spike")
+
+
+def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
+    """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
+    its level before i (``_level_before``), read in one of three ``shape``s:
+
+    * ``"jump"``: the values at i and i + 1 both (the smaller of the two);
+    * ``"straddle"``: the values at i + 1 and i + 2 both, where the value at i already rose a
+      quarter of that way (the LR changed between the saves i - 1 and i: the interval ending at
+      i ran part of its steps at the new rate);
+    * ``"spike"``: the value at i, where the value at i + 1 is still above the level (an
+      optimizer that normalizes its update, Adam, takes the jump and falls back within a long
+      save interval as its second moment catches up).
+
+    NaN where a value read (from i - 3 on) is undefined or the shape's condition fails."""
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
     out = np.full(g.shape, np.nan)
-    if n < 5:
+    ahead = 2 if shape == "straddle" else 1
+    if n < 4 + ahead:
         return out
-    i = np.arange(3, n - 1)
-    last, before = g[i - 1], g[i - 2]
-    level = np.maximum(last + np.maximum(last - before, 0.0), before)
-    jump = np.minimum(g[i], g[i + 1]) - level
-    ok = np.isfinite(np.stack([g[i + d] for d in (-3, -2, -1, 0, 1)])).all(axis=0)
-    out[i] = np.where(ok, jump, np.nan)
+    i = np.arange(3, n - ahead)
+    level = _level_before(g, i)
+    ok = np.isfinite(np.stack([g[i + d] for d in range(-3, ahead + 1)])).all(axis=0)
+    with np.errstate(invalid="ignore"):
+        if shape == "jump":
+            up = np.minimum(g[i], g[i + 1]) - level
+        elif shape == "straddle":
+            up = np.minimum(g[i + 1], g[i + 2]) - level
+            ok &= g[i] - level >= 0.25 * up
+        elif shape == "spike":
+            up = g[i] - level
+            ok &= g[i + 1] > level
+        else:
+            raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
+    out[i] = np.where(ok, up, np.nan)
     return out
 
 
-def above_settled(g: np.ndarray, starts: np.ndarray | None) -> np.ndarray:
-    """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values at i and i + 1
-    both stand above the highest value of the layer since it settled (``layer_starts``: from its
-    first examined checkpoint to i - 1); +inf where the layer had not settled before i (nothing to
-    compare with), NaN where i or i + 1 is undefined.  A restart of the schedule (cosine with warm
-    restarts) returns the step size to a level the settled run has had; a too-large LR goes above."""
+def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump") -> np.ndarray:
+    """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values that
+    ``jump_score`` reads for ``shape`` stand above the highest value of the layer since it settled
+    (``layer_starts``: from its first examined checkpoint on, up to the checkpoint before the first
+    value read); +inf where the layer had not settled by then (nothing to compare with), except
+    for ``"straddle"``: NaN there (read over three intervals, a warm-up's acceleration looks like
+    a jump), NaN where a value is undefined.  A restart of the schedule (cosine with warm
+    restarts) returns the step size to a level the settled run has had; a too-large LR goes
+    above."""
     g = np.asarray(g, dtype=np.float64)
     n, n_l = g.shape
     out = np.full(g.shape, np.nan)
+    ahead = 1 if shape == "straddle" else 0  # the first value read is at i + ahead
     for layer in range(n_l):
         s0 = int(starts[layer]) if starts is not None and layer < len(starts) else n
-        high = -np.inf
-        for i in range(n - 1):
-            now = min(g[i, layer], g[i + 1, layer])
-            if np.isfinite(now):
-                out[i, layer] = now - high if i > s0 else np.inf
-            if i >= s0 and np.isfinite(g[i, layer]):
-                high = max(high, g[i, layer])
+        col = g[:, layer]
+        high = np.full(n + 1, -np.inf)  # high[j]: the highest value since settling, before j
+        for j in range(n):
+            high[j + 1] = max(high[j], col[j]) if j >= s0 and np.isfinite(col[j]) else high[j]
+        for i in range(n - 1 - ahead):
+            if shape == "spike":
+                now = col[i]
+            else:
+                now = min(col[i + ahead], col[i + ahead + 1])
+            if not np.isfinite(now):
+                continue
+            if i + ahead > s0:
+                out[i, layer] = now - high[i + ahead]
+            elif shape != "straddle":
+                out[i, layer] = np.inf
     return out
 
 
@@ -497,9 +546,12 @@ def jump_alarms(
     ``JUMP_LAYERS`` of the layers whose step size is read there (and in two of them where two or
     more are), both the layer's attention step size (``step_size``: q, k, router) and its output
     projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above
-    their level just before (``jump_score``) and above anything they reached since the layer settled (``above_settled``;
-    ``starts``: ``layer_starts``, checkpoint indices); one alarm per layer that jumped, its score
-    the smaller of the two jump factors (not a z).  Read on the checkpoints themselves (a jump is
+    their level just before (``jump_score``: two checkpoints in a row, or the two after one that
+    rose part way; ``params.jump_spike`` times at one checkpoint, the next still above the level,
+    where the saves around it are evenly spaced) and above anything they reached since the layer
+    settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices); one alarm per
+    layer that jumped, its score the smaller of the two jump factors (not a z), confirmed at the
+    checkpoint that completes the evidence.  Read on the checkpoints themselves (a jump is
     one save interval wide, whatever the cadence) and from the fourth defined value on, before the
     run settles too: a jump at the end of the warm-up is the commonest.  Nothing to read without
     output projections (the q/k updates of a collapsing layer jump too).  ``point_of``: checkpoint
@@ -511,23 +563,43 @@ def jump_alarms(
     go = np.full(g.shape, np.nan)
     proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
     go[:, : proj.shape[1]] = proj
-    qk = jump_score(g)
-    factor = np.minimum(qk, jump_score(go))  # both must have jumped (NaN where either is unread)
-    thr = float(np.log(params.jump))
-    with np.errstate(invalid="ignore"):
-        jumped = (
-            (qk > thr) & (factor > thr) & (above_settled(g, starts) > 0) & (above_settled(go, starts) > 0)
-        )
     steps = np.asarray(timeline.steps)
+    gaps = np.diff(steps)
+    # per shape: the threshold, and how many checkpoints after i its evidence runs
+    shapes = {"jump": (params.jump, 1), "straddle": (params.jump, 2), "spike": (params.jump_spike, 1)}
+    jumped = np.zeros(g.shape, dtype=bool)
+    read = np.zeros(g.shape, dtype=bool)  # the layer's step size is read at i (in some shape)
+    factor = np.full(g.shape, np.nan)
+    ahead = np.zeros(g.shape, dtype=int)
+    for shape, (times, n_ahead) in shapes.items():
+        if times <= 0:
+            continue
+        qk = jump_score(g, shape)
+        f = np.minimum(qk, jump_score(go, shape))  # both must have jumped (NaN where either is unread)
+        with np.errstate(invalid="ignore"):
+            hit = (qk > np.log(times)) & (f > np.log(times))
+            hit &= (above_settled(g, starts, shape) > 0) & (above_settled(go, starts, shape) > 0)
+        if shape == "spike":  # one interval alone: only where the saves were evenly spaced around it
+            even = np.zeros(len(steps), dtype=bool)
+            for i in range(3, len(steps) - 1):
+                near = gaps[i - 3 : i + 1]
+                even[i] = bool(near.min() > 0.9 * near.max())
+            hit &= even[:, None]
+        new = hit & ~jumped
+        factor = np.where(new, f, factor)
+        ahead = np.where(new, n_ahead, ahead)
+        jumped |= hit
+        read |= np.isfinite(qk)
     name = next(
         iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
     )
     for i in range(len(steps) - 1):
-        read = int(np.isfinite(qk[i]).sum())  # layers whose step size is read at i
-        if read == 0 or jumped[i].sum() < max(min(2, read), int(np.ceil(JUMP_LAYERS * read))):
+        n_read = int(read[i].sum())  # layers whose step size is read at i
+        if n_read == 0 or jumped[i].sum() < max(min(2, n_read), int(np.ceil(JUMP_LAYERS * n_read))):
             continue
         point = int(point_of[i]) if point_of is not None else i
-        points = int(point_of[i + 1]) - point + 1 if point_of is not None else 2
+        last = i + int(ahead[i][jumped[i]].max())  # the checkpoint that completes the evidence
+        points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
         return [
             Alarm(
                 "attn.q.update_ratio",
@@ -539,7 +611,7 @@ def jump_alarms(
                 float(np.exp(factor[i, layer])),  # the jump factor, not a z
                 Role.STEP_SIZE,
                 "up",
-                int(steps[i + 1]),
+                int(steps[last]),
                 points,
                 int(steps[i]),
                 "jump",
