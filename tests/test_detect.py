@@ -705,7 +705,8 @@ def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
     a restart (the LR falls to almost 0 and warms up again, over five checkpoints, to where it
     was), a one-checkpoint dip and a one-checkpoint spike of every update (x5), the q/k updates
     of both layers jumping x3 with the output projections calm (what a collapsing layer's updates
-    do under the low-precision fault), and one layer's updates jumping alone (a layer waking up)."""
+    do under the low-precision fault), and one layer's updates jumping alone (a layer waking up).
+    (A spike whose next checkpoint stays above the level is read: the next test.)"""
     for seed in range(4):
         steps, s = _fine_run_with_projections(seed)
         assert detect.jump_alarms(Timeline.from_arrays(steps, s)) == [], seed
@@ -721,6 +722,7 @@ def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
         spike = {k: v.copy() for k, v in s.items()}
         for name in names:
             spike[name][60] *= 5.0
+            spike[name][61] *= 0.8  # and back below where it was (a spike that stays up: the next test)
         assert detect.jump_alarms(Timeline.from_arrays(steps, spike)) == [], seed
         qk = {k: v.copy() for k, v in s.items()}
         for name in names[:2]:
@@ -779,3 +781,114 @@ def test_an_lr_lowered_for_a_while_and_restored_is_no_jump():
         assert (detect.layer_starts(t) < 80).all(), seed
         assert [a.first_step for a in detect.jump_alarms(t)] == [steps[85]] * 2, seed  # no settled history
         assert not [a for a in detect.detect(t) if a.role == "step_size"], seed
+
+
+def test_jump_shapes_against_a_hand_computation():
+    """The level on a steady fall is the last value (not the higher one two checkpoints back); a
+    jump that straddles two saves is read at the checkpoint that rose part of the way (at least a
+    quarter) from the two after it; a spike is read at one checkpoint where the next is still above
+    the level."""
+    # a steady fall 8 > 6 > 4 > 3, then x1.73 over 3 and staying: the old level (4, the value two back)
+    # made it x1.3
+    g = np.log(np.array([9.0, 8.0, 6.0, 4.0, 3.0, 5.2, 5.2, 5.2]))[:, None]
+    j = detect.jump_score(g)[:, 0]
+    np.testing.assert_allclose(j[5], np.log(5.2) - np.log(3.0))
+    np.testing.assert_allclose(j[4], np.log(3.0) - np.log(4.0))  # 8 > 6 > 4 before i = 4: level 4
+    flat = np.log(np.array([4.0, 4.0, 4.0, 4.0, 5.5, 10.0, 10.0, 10.0]))[:, None]
+    st = detect.jump_score(flat, "straddle")[:, 0]
+    np.testing.assert_allclose(st[4], np.log(10.0 / 4.0))  # 4 -> 5.5 (a third of the way in log) -> 10
+    np.testing.assert_allclose(st[5], np.log(10.0 / (5.5 * 5.5 / 4.0)))  # over 5.5's rise carried on
+    assert np.isnan(st[6:]).all()  # too few values after
+    late = np.log(np.array([4.0, 4.0, 4.0, 4.0, 4.4, 10.0, 10.0, 10.0]))[:, None]
+    assert np.isnan(detect.jump_score(late, "straddle")[4, 0])  # x1.1 is less than a quarter of x2.5
+    assert np.isclose(detect.jump_score(late)[5, 0], np.log(10.0 / (4.4 * 1.1)))  # the jump shape reads it
+    sp = np.log(np.array([4.0, 4.0, 4.0, 4.0, 12.0, 5.0, 4.0, 4.0]))[:, None]
+    k = detect.jump_score(sp, "spike")[:, 0]
+    np.testing.assert_allclose(k[4], np.log(3.0))
+    assert np.isnan(k[5])  # 5 -> 4: the next is not above the level (5 carried, or 12)
+    back = sp.copy()
+    back[5] = np.log(4.0)
+    assert np.isnan(detect.jump_score(back, "spike")[4, 0])  # back to the level at once: no spike
+
+
+def _lr_jump_after_settling(seed, j, first, then):
+    """``_fine_run_with_projections`` with every update ratio (q, k, output projections) x``first`` at
+    checkpoint ``j`` and x``then`` from ``j + 1`` on."""
+    steps, s = _fine_run_with_projections(seed)
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+        s[name][j] *= first
+        s[name][j + 1 :] *= then
+    return steps, s
+
+
+def test_a_jump_between_two_saves_is_read_where_it_began(tmp_path):
+    """The LR goes x2.5 three steps before a save (saves every 10 steps, the run settled): the
+    interval ending at that save ran 3 of its 10 steps at the new rate (x1.45), the next ones all
+    (x2.5).  Read at one checkpoint and the next, the jump is x1.45 at its first checkpoint and
+    x2.5 over the rise x1.45 carried on at the second: the rule before read neither; the straddle
+    shape reads it at the first (confirmed two checkpoints later)."""
+    for seed in range(4):
+        steps, s = _lr_jump_after_settling(seed, 60, 1.45, 2.5)
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        assert (starts < 60).all(), seed
+        g = detect.step_size(t)
+        assert not (detect.jump_score(g) > np.log(1.6)).all(axis=1).any(), seed  # the jump shape alone
+        alarms = detect.jump_alarms(t, starts=starts)
+        assert [a.first_step for a in alarms] == [steps[60]] * 2, seed
+        assert all(a.confirmed_step == steps[62] and a.score > 2.0 for a in alarms), seed
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", steps[60])
+
+
+def test_a_straddled_rise_is_read_only_once_the_layer_settled():
+    """Read over three save intervals, a warm-up that accelerates looks like a straddled jump: the
+    straddle shape is not read before the layer settled (``above_settled`` is NaN there, not +inf
+    as for the other shapes)."""
+    g = np.log(np.array([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0]))[:, None]
+    starts = np.array([3])
+    for shape in ("jump", "spike"):
+        assert np.isposinf(detect.above_settled(g, starts, shape)[:4, 0]).all(), shape
+    st = detect.above_settled(g, starts, "straddle")[:, 0]
+    assert np.isnan(st[:3]).all() and np.isfinite(st[3:5]).all()
+    # with the straddle's evidence at i + 1 and i + 2: compared with the high from the settling on
+    np.testing.assert_allclose(st[3], 0.0)
+
+
+def test_a_spike_that_stays_above_is_a_jump_where_saves_are_even():
+    """Saves every 10 steps; every update ratio x3 for one checkpoint, then x1.4 over where it was
+    (Adam takes an LR jump and falls back within a long save interval as its second moment catches
+    up).  Two checkpoints in a row are not both x1.6 up: the rule before read nothing; the spike
+    shape (x``jump_spike`` = 2 at one checkpoint, the next still above the level) reads it.  Where
+    one save interval around it is twice as long (a save missing), one interval's update is larger
+    by itself: nothing is read."""
+    for seed in range(4):
+        steps, s = _lr_jump_after_settling(seed, 60, 3.0, 1.4)
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        assert (
+            detect.jump_alarms(t, dataclasses.replace(detect.Params(), jump_spike=0.0), starts=starts) == []
+        )
+        alarms = detect.jump_alarms(t, starts=starts)
+        assert [a.first_step for a in alarms] == [steps[60]] * 2, seed
+        assert all(a.confirmed_step == steps[61] for a in alarms), seed
+        uneven = steps.copy()
+        uneven[59:] += 10  # the save at step 590 is missing: the interval ending at 600 is 20 steps
+        assert detect.jump_alarms(Timeline.from_arrays(uneven, s), starts=starts) == [], seed
+
+
+def test_a_jump_near_the_collapse_means_the_projections_moved():
+    """A D2 collapse with the attention step size growing with it in two series, where the output
+    projections' step size was not off across layers (``proj_broad`` 0): the q/k updates of the
+    collapsing layer, ``lowprec_attention/projections-calm``.  Where those step-size alarms are the
+    jump rule's, the projections jumped with them (the rule requires it): ``combined``; the check
+    before read the calm ``proj_broad`` alone and called such runs low-precision."""
+    a = _alarm
+    calm = np.zeros(N)
+    base = [a("structure", 5, 1, 0), a("structure", 5, 1, 2)]
+    two = [a("step_size", 5, 0), a("step_size", 5, 1)]
+    v = classify.classify(base + two, [], L, STEPS, proj_broad=calm)
+    assert v["decision"] == "lowprec_attention/projections-calm"
+    jumps = [dataclasses.replace(x, test="jump") for x in two]
+    v = classify.classify(base + jumps, [], L, STEPS, proj_broad=calm)
+    assert (v["fault_type"], v["decision"]) == ("combined", "combined/together")
