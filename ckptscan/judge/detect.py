@@ -453,16 +453,20 @@ def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
     two checkpoints before and the last value carried along its own last rise (a warm-up rises,
     and decelerates: its next rise is never larger than its last; a dip of one checkpoint is
-    covered by the value before it); on a steady fall (i - 3 > i - 2 > i - 1) the last value (the
-    step size of an optimizer whose weights grow falls, and a jump is read against where it got)."""
+    covered by the value before it); on a fall (i - 3 > i - 2 > i - 1) the higher of the last value
+    and the fall from i - 3 to i - 2 carried on (the step size of an optimizer whose weights grow
+    falls, and a jump is read against where it got; a dip at i - 1 on a fall is covered by the
+    fall before it)."""
     last, before = g[i - 1], g[i - 2]
     level = np.maximum(last + np.maximum(last - before, 0.0), before)
     with np.errstate(invalid="ignore"):
         falling = (last < before) & (before < g[i - 3])
-    return np.where(falling, last, level)
+    return np.where(falling, np.maximum(last, 2.0 * before - g[i - 3]), level)
 
 
 JUMP_SHAPES = ("jump", "straddle", "spike")
+PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much (not noise)
+SPIKE_STAYS = 1.2  # a spike's next checkpoint stands at least this much above the level
 
 
 def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
@@ -471,11 +475,11 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
 
     * ``"jump"``: the values at i and i + 1 both (the smaller of the two);
     * ``"straddle"``: the values at i + 1 and i + 2 both, where the value at i already rose a
-      quarter of that way (the LR changed between the saves i - 1 and i: the interval ending at
-      i ran part of its steps at the new rate);
-    * ``"spike"``: the value at i, where the value at i + 1 is still above the level (an
-      optimizer that normalizes its update, Adam, takes the jump and falls back within a long
-      save interval as its second moment catches up).
+      quarter of that way, and x``PART_RISE`` at least (the LR changed between the saves i - 1 and
+      i: the interval ending at i ran part of its steps at the new rate);
+    * ``"spike"``: the value at i, where the value at i + 1 still stands x``SPIKE_STAYS`` above
+      the level (an optimizer that normalizes its update, Adam, takes the jump and falls back
+      within a long save interval as its second moment catches up).
 
     NaN where a value read (from i - 3 on) is undefined or the shape's condition fails."""
     g = np.asarray(g, dtype=np.float64)
@@ -492,10 +496,10 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
             up = np.minimum(g[i], g[i + 1]) - level
         elif shape == "straddle":
             up = np.minimum(g[i + 1], g[i + 2]) - level
-            ok &= g[i] - level >= 0.25 * up
+            ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
         elif shape == "spike":
             up = g[i] - level
-            ok &= g[i + 1] > level
+            ok &= g[i + 1] - level >= np.log(SPIKE_STAYS)
         else:
             raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
     out[i] = np.where(ok, up, np.nan)
@@ -505,34 +509,43 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
 def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump") -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values that
     ``jump_score`` reads for ``shape`` stand above the highest value of the layer since it settled
-    (``layer_starts``: from its first examined checkpoint on, up to the checkpoint before the first
-    value read); +inf where the layer had not settled by then (nothing to compare with), except
-    for ``"straddle"``: NaN there (read over three intervals, a warm-up's acceleration looks like
-    a jump), NaN where a value is undefined.  A restart of the schedule (cosine with warm
-    restarts) returns the step size to a level the settled run has had; a too-large LR goes
-    above."""
+    (``layer_starts``: from its first examined checkpoint to i - 1); +inf where the layer had not
+    settled before i (nothing to compare with), except for ``"straddle"``: NaN there (read over
+    three intervals, a warm-up that accelerates looks like a jump); NaN where a value read is
+    undefined.  A restart of the schedule (cosine with warm restarts) returns the step size to a
+    level the settled run has had; a too-large LR goes above."""
+    if shape not in JUMP_SHAPES:
+        raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
     g = np.asarray(g, dtype=np.float64)
     n, n_l = g.shape
     out = np.full(g.shape, np.nan)
-    ahead = 1 if shape == "straddle" else 0  # the first value read is at i + ahead
+    read = {"jump": (0, 1), "straddle": (1, 2), "spike": (0,)}[shape]  # the values read, after i
     for layer in range(n_l):
         s0 = int(starts[layer]) if starts is not None and layer < len(starts) else n
         col = g[:, layer]
         high = np.full(n + 1, -np.inf)  # high[j]: the highest value since settling, before j
         for j in range(n):
             high[j + 1] = max(high[j], col[j]) if j >= s0 and np.isfinite(col[j]) else high[j]
-        for i in range(n - 1 - ahead):
-            if shape == "spike":
-                now = col[i]
-            else:
-                now = min(col[i + ahead], col[i + ahead + 1])
-            if not np.isfinite(now):
+        for i in range(n - max(read)):
+            values = col[[i + d for d in read]]
+            if not np.isfinite(values).all():
                 continue
-            if i + ahead > s0:
-                out[i, layer] = now - high[i + ahead]
+            if i > s0:
+                out[i, layer] = values.min() - high[i]
             elif shape != "straddle":
                 out[i, layer] = np.inf
     return out
+
+
+def _evenly_saved(steps: np.ndarray, ahead: int) -> np.ndarray:
+    """[N] bool: the save intervals ending at i - 3 .. i + ``ahead`` (those a jump at i is read
+    from) are even, within 10 %."""
+    gaps = np.diff(np.asarray(steps))
+    even = np.zeros(len(steps), dtype=bool)
+    for i in range(3, len(steps) - ahead):
+        near = gaps[max(0, i - 4) : i + ahead]
+        even[i] = bool(near.min() > 0.9 * near.max())
+    return even
 
 
 def jump_alarms(
@@ -564,7 +577,6 @@ def jump_alarms(
     proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
     go[:, : proj.shape[1]] = proj
     steps = np.asarray(timeline.steps)
-    gaps = np.diff(steps)
     # per shape: the threshold, and how many checkpoints after i its evidence runs
     shapes = {"jump": (params.jump, 1), "straddle": (params.jump, 2), "spike": (params.jump_spike, 1)}
     jumped = np.zeros(g.shape, dtype=bool)
@@ -579,12 +591,8 @@ def jump_alarms(
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
             hit &= (above_settled(g, starts, shape) > 0) & (above_settled(go, starts, shape) > 0)
-        if shape == "spike":  # one interval alone: only where the saves were evenly spaced around it
-            even = np.zeros(len(steps), dtype=bool)
-            for i in range(3, len(steps) - 1):
-                near = gaps[i - 3 : i + 1]
-                even[i] = bool(near.min() > 0.9 * near.max())
-            hit &= even[:, None]
+        if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
+            hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
         factor = np.where(new, f, factor)
         ahead = np.where(new, n_ahead, ahead)
