@@ -697,6 +697,7 @@ def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
         ), seed
         alarms = detect.jump_alarms(t)
         assert {a.layer for a in alarms} == {0, 1} and all(a.test == "jump" and a.score > 2 for a in alarms)
+        assert {a.shape for a in alarms} == {"jump"} and alarms[0].as_dict()["shape"] == "jump"
         assert all(a.confirmed_step == steps[j + 1] for a in alarms)
 
 
@@ -840,6 +841,7 @@ def test_a_jump_between_two_saves_is_read_where_it_began(tmp_path):
         alarms = detect.jump_alarms(t, starts=starts)
         assert [a.first_step for a in alarms] == [steps[60]] * 2, seed
         assert all(a.confirmed_step == steps[62] and a.score > 2.0 for a in alarms), seed
+        assert {a.shape for a in alarms} == {"straddle"}, seed
         v = judge(tmp_path, t, [])["verdict"]
         assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", steps[60])
 
@@ -881,6 +883,7 @@ def test_a_spike_that_stays_above_is_a_jump_where_saves_are_even():
         alarms = detect.jump_alarms(t, starts=starts)
         assert [a.first_step for a in alarms] == [steps[60]] * 2, seed
         assert all(a.confirmed_step == steps[61] for a in alarms), seed
+        assert {a.shape for a in alarms} == {"spike"}, seed
         uneven = steps.copy()
         uneven[59:] += 10  # the save at step 600 is missing: the interval ending at 610 is 20 steps
         assert detect.jump_alarms(Timeline.from_arrays(uneven, s), starts=starts) == [], seed

@@ -163,6 +163,24 @@ def test_leading_monitors_evidence_first_then_defaults():
     assert data.leading_monitors(s, names, k=1) == ["router.similarity"]
 
 
+def test_evidence_names_the_jump_shape_and_its_factor():
+    """A jump alarm's score is a factor, not a z, and the shape it was read in is named; summaries
+    written before the shape was stored read as a plain jump."""
+    m = "attn.q.update_ratio"
+    assert data.evidence_monitor({"monitor": m, "test": "shift"}) == m
+    assert data.evidence_monitor({"monitor": m, "test": "jump"}) == f"{m} (jump: score = factor)"
+    assert (
+        data.evidence_monitor({"monitor": m, "test": "jump", "shape": "jump"})
+        == f"{m} (jump: score = factor)"
+    )
+    assert data.evidence_monitor({"monitor": m, "test": "jump", "shape": "straddle"}) == (
+        f"{m} (jump between two saves: score = factor)"
+    )
+    assert data.evidence_monitor({"monitor": m, "test": "jump", "shape": "spike"}) == (
+        f"{m} (one-checkpoint spike: score = factor)"
+    )
+
+
 def test_loss_curve_from_log_file_or_absent(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         "\n".join(json.dumps({"step": i, "loss": 2.0 + i / 100}) for i in range(1, 21))

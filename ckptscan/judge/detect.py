@@ -109,6 +109,7 @@ class Alarm:
     length: int = 0  # points the sustained excursion lasted (from the trigger on)
     trigger_step: int = 0  # the step of the trigger's first point
     test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``
+    shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
 
     def as_dict(self) -> dict:
         return {
@@ -122,6 +123,7 @@ class Alarm:
             "direction": self.direction,
             "test": self.test,
             "points": self.length,
+            **({"shape": self.shape} if self.shape else {}),
         }
 
 
@@ -558,17 +560,17 @@ def jump_alarms(
     """A step-size jump across the whole model: the first checkpoint at which, in at least
     ``JUMP_LAYERS`` of the layers whose step size is read there (and in two of them where two or
     more are), both the layer's attention step size (``step_size``: q, k, router) and its output
-    projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above
-    their level just before (``jump_score``: two checkpoints in a row, or the two after one that
-    rose part way; ``params.jump_spike`` times at one checkpoint, the next still above the level,
-    where the saves around it are evenly spaced) and above anything they reached since the layer
-    settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices); one alarm per
-    layer that jumped, its score the smaller of the two jump factors (not a z), confirmed at the
-    checkpoint that completes the evidence.  Read on the checkpoints themselves (a jump is
-    one save interval wide, whatever the cadence) and from the fourth defined value on, before the
-    run settles too: a jump at the end of the warm-up is the commonest.  Nothing to read without
-    output projections (the q/k updates of a collapsing layer jump too).  ``point_of``: checkpoint
-    index -> scored point (the block it falls in)."""
+    projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above their
+    level just before (``jump_score``: two checkpoints in a row; or the two after one that rose part
+    way; or ``params.jump_spike`` times at one checkpoint, the next still x``SPIKE_STAYS`` above the
+    level; these two where the saves they read are evenly spaced) and above anything they reached
+    since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
+    one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
+    confirmed at the checkpoint that completes the evidence. Read on the checkpoints themselves (a
+    jump is one save interval wide, whatever the cadence) and from the fourth defined value on,
+    before the run settles too: a jump at the end of the warm-up is the commonest. Nothing to read
+    without output projections (the q/k updates of a collapsing layer jump too). ``point_of``:
+    checkpoint index -> scored point (the block it falls in)."""
     if params.jump <= 0:
         return []
     g = step_size(timeline, detectors)
@@ -583,6 +585,7 @@ def jump_alarms(
     read = np.zeros(g.shape, dtype=bool)  # the layer's step size is read at i (in some shape)
     factor = np.full(g.shape, np.nan)
     ahead = np.zeros(g.shape, dtype=int)
+    read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
     for shape, (times, n_ahead) in shapes.items():
         if times <= 0:
             continue
@@ -596,6 +599,7 @@ def jump_alarms(
         new = hit & ~jumped
         factor = np.where(new, f, factor)
         ahead = np.where(new, n_ahead, ahead)
+        read_as[new] = shape
         jumped |= hit
         read |= np.isfinite(qk)
     name = next(
@@ -623,6 +627,7 @@ def jump_alarms(
                 points,
                 int(steps[i]),
                 "jump",
+                str(read_as[i, layer]),
             )
             for layer in np.flatnonzero(jumped[i]).tolist()
         ]

@@ -177,11 +177,16 @@ def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 
 
+_JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint spike"}
+
+
 def evidence_monitor(e: dict) -> str:
-    """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, and that its
-    score is the jump factor, not a z."""
+    """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, in which
+    shape it was read, and that its score is the jump factor, not a z."""
     m = str(e.get("monitor", ""))
-    return f"{m} (jump: score = factor)" if e.get("test") == "jump" else m
+    if e.get("test") != "jump":
+        return m
+    return f"{m} ({_JUMP_SHAPE.get(str(e.get('shape')), 'jump')}: score = factor)"
 
 
 def markers(summary: dict) -> dict[str, int | None]:
