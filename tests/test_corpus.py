@@ -87,11 +87,13 @@ def test_a_run_stops_two_saves_after_a_non_finite_loss():
 
 
 def test_parts_are_disjoint_and_cover_the_matrix():
-    cal = recipes.calibration()
-    reported, fresh = recipes.reported(), recipes.fresh()
-    assert {s.seed for s in cal}.isdisjoint(s.seed for s in reported)
-    assert {s.seed for s in fresh}.isdisjoint(s.seed for s in (*cal, *reported))
-    for part in (cal, reported, fresh):
+    parts = {name: make() for name, make in recipes.PARTS.items()}
+    seen: set[int] = set()
+    for name, part in parts.items():
+        seeds = {s.seed for s in part}
+        assert seeds.isdisjoint(seen), f"{name} shares a seed with an earlier part"
+        seen |= seeds
+        assert len({s.name for s in part}) == len(part), f"{name}: two runs share a folder name"
         assert {s.framework for s in part} == {"hf", "plain", "lightning"}
         assert {s.save_every for s in part} == {10, 25, 50, 100, 250}
         assert {s.schedule for s in part} == {"cos", "lin", "wsd", "const"}
