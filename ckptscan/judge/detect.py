@@ -541,7 +541,7 @@ def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump")
 
 def _evenly_saved(steps: np.ndarray, ahead: int) -> np.ndarray:
     """[N] bool: the save intervals ending at i - 3 .. i + ``ahead`` (those a jump at i is read
-    from) are even, within 10 %."""
+    from) are even: the shortest longer than 0.9 of the longest."""
     gaps = np.diff(np.asarray(steps))
     even = np.zeros(len(steps), dtype=bool)
     for i in range(3, len(steps) - ahead):
