@@ -37,8 +37,9 @@ DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alar
 LR_ROLES = ("step_size", "second_order")
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' final and fresh parts (133 + 133 runs, regenerated), judged with the rules as they
-# are (``benchmarks/corpus/score.py --confidence`` prints this table per part; these are the sums).
+# the corpus' final and fresh parts (133 + 133 runs, regenerated), judged with the rules of
+# 4969f97, before the conditions of 457770f (``benchmarks/corpus/score.py --confidence`` prints this
+# table per part; these are the sums).
 CONFIDENCE: dict[str, tuple[int, int]] = {
     "healthy": (125, 143),
     "lowprec_attention": (21, 29),
