@@ -26,8 +26,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    value on, settled or not: the step size of the attention q/k updates *and* of the output
    projections standing ``jump`` times above its level just before, at two checkpoints in a row
    (or at the two after a checkpoint that rose part way, where the layer has settled: a jump
-   between two saves; or ``jump_spike`` times at one checkpoint, the next still above the level,
-   where the saves are evenly spaced: Adam takes a jump and falls back within a long interval),
+   between two saves; or ``jump_spike`` times at one checkpoint, the next still ``SPIKE_STAYS``
+   times above the level: Adam takes a jump and falls back within a long interval; these two
+   where the saves are evenly spaced),
    and above anything it had since the layer settled, in three quarters of the layers read (two
    at least where two or more are).  A too-large LR that jumps moves the whole model at once; a
    warm-up rises gradually, a restart returns to a level already seen, and the low-precision
@@ -89,7 +90,7 @@ class Params:
     )
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
-    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next still above it
+    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
 
 
 @dataclass
@@ -466,7 +467,12 @@ def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
     return np.where(falling, np.maximum(last, 2.0 * before - g[i - 3]), level)
 
 
-JUMP_SHAPES = ("jump", "straddle", "spike")
+# shape -> (the checkpoints after i whose values are the jump, the last checkpoint after i it reads)
+JUMP_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "jump": ((0, 1), 1),  # at i and i + 1
+    "straddle": ((1, 2), 2),  # at i + 1 and i + 2 (i rose part way)
+    "spike": ((0,), 1),  # at i (i + 1 still above the level)
+}
 PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much (not noise)
 SPIKE_STAYS = 1.2  # a spike's next checkpoint stands at least this much above the level
 
@@ -484,10 +490,10 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
       within a long save interval as its second moment catches up).
 
     NaN where a value read (from i - 3 on) is undefined or the shape's condition fails."""
+    ahead = _reads(shape)[1]
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
     out = np.full(g.shape, np.nan)
-    ahead = 2 if shape == "straddle" else 1
     if n < 4 + ahead:
         return out
     i = np.arange(3, n - ahead)
@@ -499,11 +505,9 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
         elif shape == "straddle":
             up = np.minimum(g[i + 1], g[i + 2]) - level
             ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
-        elif shape == "spike":
+        else:  # spike
             up = g[i] - level
             ok &= g[i + 1] - level >= np.log(SPIKE_STAYS)
-        else:
-            raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
     out[i] = np.where(ok, up, np.nan)
     return out
 
@@ -516,12 +520,10 @@ def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump")
     three intervals, a warm-up that accelerates looks like a jump); NaN where a value read is
     undefined.  A restart of the schedule (cosine with warm restarts) returns the step size to a
     level the settled run has had; a too-large LR goes above."""
-    if shape not in JUMP_SHAPES:
-        raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
+    read = _reads(shape)[0]  # the values read, after i
     g = np.asarray(g, dtype=np.float64)
     n, n_l = g.shape
     out = np.full(g.shape, np.nan)
-    read = {"jump": (0, 1), "straddle": (1, 2), "spike": (0,)}[shape]  # the values read, after i
     for layer in range(n_l):
         s0 = int(starts[layer]) if starts is not None and layer < len(starts) else n
         col = g[:, layer]
@@ -537,6 +539,12 @@ def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump")
             elif shape != "straddle":
                 out[i, layer] = np.inf
     return out
+
+
+def _reads(shape: str) -> tuple[tuple[int, ...], int]:
+    if shape not in JUMP_SHAPES:
+        raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
+    return JUMP_SHAPES[shape]
 
 
 def _evenly_saved(steps: np.ndarray, ahead: int) -> np.ndarray:
@@ -579,14 +587,14 @@ def jump_alarms(
     proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
     go[:, : proj.shape[1]] = proj
     steps = np.asarray(timeline.steps)
-    # per shape: the threshold, and how many checkpoints after i its evidence runs
-    shapes = {"jump": (params.jump, 1), "straddle": (params.jump, 2), "spike": (params.jump_spike, 1)}
+    thresholds = {"jump": params.jump, "straddle": params.jump, "spike": params.jump_spike}
     jumped = np.zeros(g.shape, dtype=bool)
     read = np.zeros(g.shape, dtype=bool)  # the layer's step size is read at i (in some shape)
     factor = np.full(g.shape, np.nan)
     ahead = np.zeros(g.shape, dtype=int)
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
-    for shape, (times, n_ahead) in shapes.items():
+    for shape, (_, n_ahead) in JUMP_SHAPES.items():
+        times = thresholds[shape]
         if times <= 0:
             continue
         qk = jump_score(g, shape)
