@@ -741,6 +741,19 @@ def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
         assert detect.jump_alarms(Timeline.from_arrays(steps, s)) == [], seed
 
 
+def _warm_restart(seed, height=1.0):
+    """``_fine_run_with_projections`` with cosine warm restarts: the LR decays for 80 checkpoints
+    to a tenth, then jumps back (x7 in one save interval) to 0.7 x ``height`` of the first cycle's
+    update ratio."""
+    steps, s = _fine_run_with_projections(seed)
+    cycle = np.ones(len(steps))
+    cycle[20:100] = 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.arange(80) / 80))
+    cycle[100:] = 0.7 * height * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.arange(len(steps) - 100) / 80)))
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+        s[name] = s[name] * cycle[:, None, None]
+    return steps, s
+
+
 def test_a_warm_restart_returns_to_a_level_already_seen():
     """Cosine with warm restarts: the LR decays for 80 checkpoints to a tenth, then jumps straight
     back to its peak (x7 in one save interval, in every module).  The jump alone read that as
@@ -748,13 +761,8 @@ def test_a_warm_restart_returns_to_a_level_already_seen():
     the step size only returns to a level the settled run has had, which a too-large LR goes above
     (``above_settled``).  The same jump x4 higher alarms."""
     for seed in range(4):
-        steps, s = _fine_run_with_projections(seed)
-        cycle = np.ones(len(steps))
-        cycle[20:100] = 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.arange(80) / 80))
         # back to the peak LR; the update ratio lower than at the first cycle's start: the weights grew
-        cycle[100:] = 0.7 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.arange(len(steps) - 100) / 80)))
-        for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
-            s[name] = s[name] * cycle[:, None, None]
+        steps, s = _warm_restart(seed)
         t = Timeline.from_arrays(steps, s)
         starts = detect.layer_starts(t)
         assert (starts < 100).all(), seed
@@ -768,6 +776,54 @@ def test_a_warm_restart_returns_to_a_level_already_seen():
             steps[100]
         ] * 2
         assert {a.test for a in detect.detect(t)} >= {"jump", "shift"}, seed  # the gate lets it through
+
+
+def test_a_jump_below_the_settled_high_is_reported_not_counted(tmp_path):
+    """The warm restart above raises no alarm (its step size stays below the settled high), but a
+    reader of the verdict learns that the whole model's step size jumped x7 at step 100 and why it
+    was not counted (``uncounted_jump``); the class is what it was.  A restart x4 higher is a
+    counted jump: nothing is reported as uncounted then, nor on a run without a jump."""
+    for seed in range(4):
+        steps, s = _warm_restart(seed)
+        det = detect.run_detection(Timeline.from_arrays(steps, s))
+        assert det.alarms == [] and [a.first_step for a in det.uncounted] == [steps[100]] * 2, seed
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert v["fault_type"] == "healthy", (seed, v["decision"])
+        u = v["uncounted_jump"]
+        assert (u["step"], u["layers"], u["shape"]) == (int(steps[100]), [0, 1], "jump"), seed
+        assert u["factor"] > 4 and f"step {steps[100]}" in u["note"] and "not counted" in u["note"]
+        steps, s = _warm_restart(seed, height=4.0)
+        det = detect.run_detection(Timeline.from_arrays(steps, s))
+        assert {a.first_step for a in det.alarms if a.test == "jump"} == {steps[100]} and not det.uncounted
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert v["fault_type"] == "high_lr" and "uncounted_jump" not in v, seed
+        steps, s = _fine_run_with_projections(seed)
+        assert not detect.run_detection(Timeline.from_arrays(steps, s)).uncounted, seed
+        assert "uncounted_jump" not in judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+
+
+def test_an_uncounted_jump_after_the_divergence_is_not_reported():
+    """After the loss diverged everything moves: a jump read there says nothing about the cause."""
+    a = detect.Alarm(
+        "attn.q.update_ratio",
+        "attn.q.update_ratio",
+        0,
+        None,
+        500,
+        50,
+        3.0,
+        "step_size",
+        "up",
+        510,
+        2,
+        500,
+        "jump",
+        "jump",
+    )
+    assert classify.uncounted_jump([a], 2, horizon=400) is None
+    assert classify.uncounted_jump([a], 2, horizon=500)["step"] == 500
+    assert classify.uncounted_jump([a], 2)["layers"] == [0]
+    assert classify.classify([], [], 2, [], uncounted=[a], horizon=400).get("uncounted_jump") is None
 
 
 def test_an_lr_lowered_for_a_while_and_restored_is_no_jump():

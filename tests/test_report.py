@@ -181,6 +181,23 @@ def test_evidence_names_the_jump_shape_and_its_factor():
     )
 
 
+def test_an_uncounted_jump_is_shown_in_every_report():
+    """The verdict's ``uncounted_jump`` note reaches the terminal, the HTML page and the CI
+    summary and annotations, and the summary with it still validates against the schema."""
+    res = make_result(anomalous=False)
+    note = "the whole model's step size jumped x3.0 or more at step 300: not counted"
+    res.summary["verdict"]["uncounted_jump"] = {"step": 300, "factor": 3.0, "layers": [0, 1], "note": note}
+    assert validate(json.loads(json.dumps(res.summary))) == []
+    assert f"not counted: {note}" in " ".join(render_terminal(res, width=400).split())
+    assert "not counted: the whole model&#x27;s step size" in render_html(res) or (
+        "not counted: the whole model&#39;s step size" in render_html(res)
+    )
+    assert note in step_summary_markdown(res)
+    assert any("step-size jump not counted" in line for line in github_annotations(res))
+    del res.summary["verdict"]["uncounted_jump"]
+    assert "not counted" not in render_terminal(res, width=400) and note not in step_summary_markdown(res)
+
+
 def test_loss_curve_from_log_file_or_absent(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         "\n".join(json.dumps({"step": i, "loss": 2.0 + i / 100}) for i in range(1, 21))

@@ -145,6 +145,13 @@ def main(argv=None) -> int:
         f"alarm confirmed before the divergence: {t['confirmed_before_divergence']}/{t['diverged']} diverged "
         f"(median confirmed lead {'-' if conf_lead is None else f'{conf_lead:g}'} steps)"
     )
+    noted = [r for r in rows if r.get("uncounted_jump") is not None]
+    listed = ", ".join(f"{r['run']} [{r['verdict']}, step {r['uncounted_jump']}]" for r in noted)
+    print(
+        f"step-size jumps reported, not counted (uncounted_jump): {sum(r['truth'] == 'healthy' for r in noted)}/"
+        f"{len(clean)} healthy/benign runs, {sum(r['truth'] != 'healthy' for r in noted)}/{len(fault)} fault runs"
+        f" ({listed or 'none'})"
+    )
     print()
     print(breakdown.format_tables(pairs))
     table = confidence_table(rows)

@@ -95,6 +95,8 @@ def score_run(truth: dict, summary: dict) -> dict:
         "confidence": v.get("confidence"),
         "decision": v.get("decision"),
         "earliest_step": earliest,
+        # a whole-model step-size jump the verdict reports but did not count (``uncounted_jump``)
+        "uncounted_jump": (v.get("uncounted_jump") or {}).get("step"),
         # the checkpoint at which the persistence rule had seen enough to raise the alarm
         "confirmed_step": confirmed,
         "confirmed_before_divergence": (confirmed is not None and confirmed < div)

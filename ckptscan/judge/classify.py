@@ -69,6 +69,7 @@ def classify(
     coverage: dict | None = None,
     horizon: int | None = None,
     proj_broad: np.ndarray | None = None,
+    uncounted: list[Alarm] | None = None,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
@@ -77,7 +78,49 @@ def classify(
     the step of the first point at or after the loss diverged, if it did (its updates began
     before); alarms triggered later do not decide the class.  ``proj_broad``: per scored point,
     whether the output projections' step size was off across layers (``Detection.proj_broad``:
-    1/0, NaN unread; None where the run has none to read; NaN after the horizon)."""
+    1/0, NaN unread; None where the run has none to read; NaN after the horizon).
+    ``uncounted``: the alarms of a whole-model step-size jump the jump rule did not count
+    (``Detection.uncounted``): reported as ``uncounted_jump`` where it came before the horizon,
+    never part of the decision."""
+    verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad)
+    note = uncounted_jump(uncounted or [], n_layers, horizon)
+    if note is not None:
+        verdict["uncounted_jump"] = note
+    return verdict
+
+
+def uncounted_jump(uncounted: list[Alarm], n_layers: int, horizon: int | None = None) -> dict | None:
+    """The verdict's ``uncounted_jump`` object (None: nothing to report): where and how far the
+    whole model's step size jumped, in which layers, and why it raised no alarm.  Reported only
+    where it came before the horizon (after the loss diverged, everything moves)."""
+    if not uncounted or (horizon is not None and uncounted[0].first_step > horizon):
+        return None
+    step = uncounted[0].first_step
+    factor = min(a.score for a in uncounted)
+    layers = sorted({a.layer for a in uncounted})
+    return {
+        "step": int(step),
+        "confirmed_step": uncounted[0].confirmed_step,
+        "factor": round(float(factor), 2),
+        "layers": layers,
+        "shape": uncounted[0].shape,
+        "note": (
+            f"the whole model's step size jumped x{factor:.1f} or more at step {step}, in {len(layers)} of "
+            f"{max(1, n_layers)} layer(s), q/k and output projections together, but stayed below the level "
+            f"it had once the run settled: not counted (a schedule restart looks the same; so does an LR "
+            f"raised in a run that started without warm-up). Check the LR schedule at that step."
+        ),
+    }
+
+
+def _verdict(
+    alarms: list[Alarm],
+    overflow: list[dict],
+    n_layers: int,
+    coverage: dict | None,
+    horizon: int | None,
+    proj_broad: np.ndarray | None,
+) -> dict:
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
         if coverage is not None and coverage["missing"]:

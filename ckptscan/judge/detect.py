@@ -564,6 +564,7 @@ def jump_alarms(
     point_of=None,
     detectors: Sequence[Detector] = DETECTORS,
     starts: np.ndarray | None = None,
+    settled_high: bool = True,
 ) -> list[Alarm]:
     """A step-size jump across the whole model: the first checkpoint at which, in at least
     ``JUMP_LAYERS`` of the layers whose step size is read there (and in two of them where two or
@@ -578,7 +579,9 @@ def jump_alarms(
     jump is one save interval wide, whatever the cadence) and from the fourth defined value on,
     before the run settles too: a jump at the end of the warm-up is the commonest. Nothing to read
     without output projections (the q/k updates of a collapsing layer jump too). ``point_of``:
-    checkpoint index -> scored point (the block it falls in)."""
+    checkpoint index -> scored point (the block it falls in).  ``settled_high=False``: the jump
+    as read without the settled-high condition (``uncounted_jump``: evidence for the reader,
+    never an alarm)."""
     if params.jump <= 0:
         return []
     g = step_size(timeline, detectors)
@@ -601,7 +604,9 @@ def jump_alarms(
         f = np.minimum(qk, jump_score(go, shape))  # both must have jumped (NaN where either is unread)
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
-            hit &= (above_settled(g, starts, shape) > 0) & (above_settled(go, starts, shape) > 0)
+            high, high_o = above_settled(g, starts, shape), above_settled(go, starts, shape)
+            # without the settled-high condition: read where it is (the straddle once settled)
+            hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
@@ -782,6 +787,9 @@ class Detection:
     # [points] (not checkpoints, unlike ``examined`` and ``scores``): 1/0 the output projections'
     # step size off across layers or not, NaN unread (``_proj_broad``); None: nothing to read
     proj_broad: np.ndarray | None = None
+    # a whole-model step-size jump the jump rule did not count (``uncounted_jump``): its alarms,
+    # one per layer that jumped, never alarms of the run; empty where there is none
+    uncounted: list[Alarm] = dataclasses.field(default_factory=list)
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -929,8 +937,11 @@ def run_detection(
             )
         )
     alarms = _drop_lone(alarms, params)
+    uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
-        alarms += jump_alarms(fine, params, block, detectors, fine_starts)
+        counted = jump_alarms(fine, params, block, detectors, fine_starts)
+        alarms += counted
+        uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(
@@ -942,7 +953,29 @@ def run_detection(
         steps,
         {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()},
         _proj_broad(cols, params) if reference is None else None,  # its own history only
+        uncounted,
     )
+
+
+def uncounted_jump(
+    timeline,
+    counted: list[Alarm],
+    params: Params = Params(),
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
+) -> list[Alarm]:
+    """The first whole-model step-size jump that ``jump_alarms`` reads without its settled-high
+    condition, where that is not the jump it counted (``counted``, its alarms): a jump that stayed
+    below the level the layers had once they settled.  A schedule restart does that, and so does
+    an LR raised in a run whose step size was high when it settled (no warm-up: the update ratio
+    falls for a long while after it).  Nothing in the weights tells the two apart, so it never
+    raises an alarm or changes a verdict; the verdict reports it (``uncounted_jump``) for the
+    reader, who knows the schedule.  Empty where there is none, or where the jump rule is off."""
+    below = jump_alarms(timeline, params, point_of, detectors, starts, settled_high=False)
+    if not below or (counted and counted[0].first_step <= below[0].first_step):
+        return []
+    return below
 
 
 def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:

@@ -89,6 +89,7 @@ def judge(
         coverage,
         horizon=horizon,
         proj_broad=_until(detection, horizon),
+        uncounted=detection.uncounted,
     )
 
     div = loss["divergence_step"]

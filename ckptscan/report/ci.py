@@ -203,6 +203,9 @@ def github_annotations(result) -> list[str]:
     detail = [_timing(s), _evidence_text(v["evidence"][:5])] if o.state == data.ANOMALOUS else []
     message = "\n".join([verdict_message(s), *(x for x in detail if x)])
     lines = [_command(ANNOTATION_KIND[o.state], f"ckptscan: {o.state}", message)]
+    uncounted = data.uncounted_note(s)
+    if uncounted:
+        lines.append(_command("warning", "ckptscan: step-size jump not counted", uncounted))
     skipped = (s.get("checkpoints") or {}).get("skipped") or []
     for x in skipped[:MAX_ANNOTATIONS]:
         kind = "error" if x.get("error", True) else "notice"
@@ -261,6 +264,9 @@ def step_summary_markdown(result) -> str:
         f"| checkpoints analysed / skipped | {ck.get('analyzed', 0)} / {len(skipped)} |",
         "",
     ]
+    uncounted = data.uncounted_note(s)
+    if uncounted:
+        out += [f"Not counted: {_md(uncounted)}", ""]
     if v["evidence"]:
         out += [
             "### Evidence",

@@ -173,6 +173,13 @@ def verdict(summary: dict) -> dict:
     return v
 
 
+def uncounted_note(summary: dict) -> str | None:
+    """The verdict's ``uncounted_jump`` as one sentence (None where there is none): a whole-model
+    step-size jump that raised no alarm because it stayed below the run's settled level."""
+    u = verdict(summary).get("uncounted_jump")
+    return str(u.get("note")) if isinstance(u, dict) and u.get("note") else None
+
+
 def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 

@@ -338,6 +338,8 @@ def _verdict_html(s: dict) -> str:
     )
     findings = f"<h3>findings</h3><ul>{findings}</ul>" if findings else ""
     reason = f"<p>{_e(v['reason'])}</p>" if v.get("reason") and o.state != data.INCONCLUSIVE else ""
+    uncounted = data.uncounted_note(s)
+    reason += f"<p class='muted'>not counted: {_e(uncounted)}</p>" if uncounted else ""
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
 
 

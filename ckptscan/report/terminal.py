@@ -67,6 +67,9 @@ def print_result(result, console, quiet: bool = False) -> None:
     reason = data.verdict(s).get("reason")
     if reason and data.outcome(s).state != data.INCONCLUSIVE:  # an inconclusive headline is its reason
         console.print(f"why: {escape(str(reason))}")
+    uncounted = data.uncounted_note(s)
+    if uncounted:
+        console.print(f"not counted: {escape(uncounted)}")
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
     console.print(
