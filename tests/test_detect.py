@@ -654,6 +654,77 @@ def test_unread_projections_are_not_calm_and_never_alarm(tmp_path):
     assert det.alarms and not [a for a in det.alarms if a.block == "out.update_ratio"]
 
 
+def _slow_collapse(seed, heads=(0, 1), floor=0.03, at=30, over=80):
+    """``_fine_run`` (saves every 10 steps) whose layer-1 ``heads`` lose D2 entropy slowly: from
+    0.65 at checkpoint ``at`` down to ``floor`` over ``over`` checkpoints (geometrically), then
+    stay there."""
+    steps, s = _fine_run(seed)
+    n = len(steps)
+    path = np.ones(n)
+    path[at : at + over] = np.geomspace(1.0, floor / 0.65, over)
+    path[at + over :] = floor / 0.65
+    for h in heads:
+        s["attn.D2.entropy2"][:, 1, h] *= path
+    return steps, s
+
+
+def test_a_slow_collapse_is_read_by_its_depth(tmp_path):
+    """Two heads lose D2 entropy over 800 steps (saves every 10): each value is only a little
+    below the last, so the level test, whose window follows the fall, raised nothing (the rules
+    before ``depth_alarms``).  Below a tenth of the settled level three checkpoints in a row, in
+    both heads, it is a collapse, dated at the first of them: low-precision attention."""
+    for seed in range(4):
+        steps, s = _slow_collapse(seed)
+        t = Timeline.from_arrays(steps, s)
+        old = judge(tmp_path, t, [], params=detect.Params(depth=0.0))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old.get("decision"))
+        # hand computation: the first checkpoint from which three values stand below 0.1 x the
+        # median of the head's first five examined values
+        heads = detect.examined_from(t)[1]
+        want = []
+        for h in (0, 1):
+            col = s["attn.D2.entropy2"][:, 1, h]
+            idx = [i for i in range(int(heads[1, h]), len(steps)) if np.isfinite(col[i])]
+            ref = np.median(col[idx[:5]])
+            k = next(k for k in range(5, len(idx) - 2) if (col[idx[k : k + 3]] < 0.1 * ref).all())
+            want.append(int(steps[idx[k]]))
+        alarms = detect.depth_alarms(t, heads=heads)
+        assert sorted((a.head, a.first_step) for a in alarms) == [(0, want[0]), (1, want[1])], seed
+        assert all(a.test == "depth" and a.role == "structure" and a.score > 10 for a in alarms)
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["fault_type"], v["earliest_step"]) == ("lowprec_attention", min(want)), seed
+        assert any(e["test"] == "depth" for e in v["evidence"])
+
+
+def test_no_depth_alarm_for_one_head_a_shallow_dip_or_two_checkpoints():
+    """What the depth rule must not read: one head alone falling below a tenth (a head's own
+    affair, as for the lone-head rule), two heads falling to a fifth of their settled level (a
+    healthy dip), two heads below a tenth for two checkpoints only, and the warm-up dip of
+    ``_fine_run`` (before the heads settle)."""
+    for seed in range(4):
+        steps, s = _fine_run(seed)
+        assert (
+            detect.depth_alarms(
+                Timeline.from_arrays(steps, s), heads=detect.examined_from(Timeline.from_arrays(steps, s))[1]
+            )
+            == []
+        )
+        for case in (dict(heads=(2,)), dict(floor=0.13)):
+            steps, s = _slow_collapse(seed, **case)
+            t = Timeline.from_arrays(steps, s)
+            assert detect.depth_alarms(t, heads=detect.examined_from(t)[1]) == [], (seed, case)
+        steps, s = _fine_run(seed)
+        s["attn.D2.entropy2"][100:102, 1, :2] = 0.01
+        t = Timeline.from_arrays(steps, s)
+        assert detect.depth_alarms(t, heads=detect.examined_from(t)[1]) == [], seed
+        s["attn.D2.entropy2"][102, 1, :2] = 0.01  # the third checkpoint: now it is one
+        t = Timeline.from_arrays(steps, s)
+        assert {a.first_step for a in detect.depth_alarms(t, heads=detect.examined_from(t)[1])} == {
+            steps[100]
+        }
+        assert detect.depth_alarms(t, detect.Params(depth=0.0), heads=detect.examined_from(t)[1]) == []
+
+
 def _fine_run_with_projections(seed, **kw):
     """``_fine_run`` with output projections whose update ratio follows the same LR (its own noise)."""
     steps, s = _fine_run(seed, **kw)

@@ -4,9 +4,10 @@
 * ``reported()``: generated only after the rules were frozen (seeds 200-244); it also has recipe
   variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
   and 20 % of the run, the OLMoE family, other onsets and severities.
-* ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``, ``holdout3()``: the reported part's
-  design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744) and its cycles shifted,
-  each generated after the rules had been chosen again (docs/detection.md says on which parts).
+* ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``, ``holdout3()``, ``holdout4()``: the
+  reported part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844)
+  and its cycles shifted, each generated after the rules had been chosen again
+  (docs/detection.md says on which parts).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
@@ -308,6 +309,13 @@ def holdout3() -> list[RunSpec]:
     return _held_out(seed0=700, shift=5)
 
 
+def holdout4() -> list[RunSpec]:
+    """A seventh held-out part, generated after the depth rule was added on final and holdout3 (a
+    collapse read against the head's settled level, ``ckptscan.judge.detect.depth_alarms``): other
+    seeds (800-844), the cycles shifted by 6."""
+    return _held_out(seed0=800, shift=6)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -378,4 +386,5 @@ PARTS = {
     "holdout": holdout,
     "holdout2": holdout2,
     "holdout3": holdout3,
+    "holdout4": holdout4,
 }

@@ -1,7 +1,7 @@
 """Baselines, scores and persistent alarms: when did each monitor leave healthy behaviour?
 
 A fault is a deviation from healthy behaviour, not a low value by itself (docs/detection.md).
-``run_detection`` does five things, each in a function of its own:
+``run_detection`` does six things, each in a function of its own:
 
 1. *What is examined* (``layer_starts``, ``head_starts``, ``dormant``): a layer is scored once it
    has left its early phase, read from its weights: its step size (``step_size``, the log of its
@@ -33,7 +33,12 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    at least where two or more are).  A too-large LR that jumps moves the whole model at once; a
    warm-up rises gradually, a restart returns to a level already seen, and the low-precision
    fault leaves the output projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
-   settled high (``above_settled``).
+   settled high (``above_settled``).  A jump that stays below it is reported, never counted
+   (``uncounted_jump``).
+6. *A collapse read by its depth* (``depth_alarms``), on the checkpoints: a head's D2 entropy
+   below ``depth`` of its settled level (the median of its first values examined) ``persist``
+   checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
+   collapse down; this compares with where the head was.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -91,6 +96,8 @@ class Params:
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
+    depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
+    #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
 
 
 @dataclass
@@ -109,7 +116,8 @@ class Alarm:
     confirmed_step: int | None = None  # the checkpoint that completed the persistence rule
     length: int = 0  # points the sustained excursion lasted (from the trigger on)
     trigger_step: int = 0  # the step of the trigger's first point
-    test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``
+    test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``;
+    #                 "depth": ``depth_alarms``
     shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
 
     def as_dict(self) -> dict:
@@ -647,6 +655,84 @@ def jump_alarms(
     return []
 
 
+DEPTH_MONITOR = "attn.D2.entropy2"  # the spectral entropy (alpha 2) of D2, / log h
+DEPTH_REF = 5  # a head's settled level: the median of its first this many values examined
+
+
+def depth_alarms(
+    timeline,
+    params: Params = Params(),
+    point_of=None,
+    heads: np.ndarray | None = None,
+    detectors: Sequence[Detector] = DETECTORS,
+) -> list[Alarm]:
+    """A collapse read by its depth, whatever its pace: a head whose D2 spectral entropy
+    (``DEPTH_MONITOR``) stands below ``params.depth`` of its settled level (the median of its
+    first ``DEPTH_REF`` values examined, from ``heads``: ``head_starts``, checkpoint indices) at
+    ``params.persist`` checkpoints in a row, where another head's does within ``persist`` points
+    (``point_of``: checkpoint index -> scored point).  The level test scores each value against
+    a window of recent ones, which a slow collapse drags down with it; this one compares with
+    where the head was once the run settled.  One alarm per head, dated at the first of its
+    checkpoints below, confirmed at the last; its score is the fall (settled level over the
+    highest of those values), not a z."""
+    if params.depth <= 0:
+        return []
+    det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
+    if det is None:
+        return []
+    steps = np.asarray(timeline.steps)
+    n, persist = len(steps), max(1, params.persist)
+    found: list[Alarm] = []
+    for name in _series_for(timeline, det):
+        arr = np.asarray(timeline.get(name), dtype=np.float64)
+        for layer in range(arr.shape[1]):
+            for head in range(arr.shape[2]):
+                col = arr[:, layer, head]
+                start = n
+                if heads is not None and layer < heads.shape[0]:
+                    start = int(heads[layer, min(head, heads.shape[1] - 1)])
+                idx = [i for i in range(start, n) if np.isfinite(col[i])]
+                if len(idx) < DEPTH_REF + persist:
+                    continue
+                ref = float(np.median(col[idx[:DEPTH_REF]]))
+                if not ref > 0:
+                    continue
+                vals = col[idx]
+                below = vals < params.depth * ref
+                for k in range(DEPTH_REF, len(idx) - persist + 1):
+                    if below[k : k + persist].all():
+                        i, last = idx[k], idx[k + persist - 1]
+                        point = int(point_of[i]) if point_of is not None else i
+                        points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
+                        fall = ref / max(float(vals[k : k + persist].max()), 1e-12)
+                        found.append(
+                            Alarm(
+                                det.monitor,
+                                name,
+                                layer,
+                                head,
+                                int(steps[i]),
+                                point,
+                                fall,
+                                det.role,
+                                "down",
+                                int(steps[last]),
+                                points,
+                                int(steps[i]),
+                                "depth",
+                            )
+                        )
+                        break
+    return [
+        a
+        for a in found
+        if any(
+            abs(b.index - a.index) < persist and (b.block, b.layer, b.head) != (a.block, a.layer, a.head)
+            for b in found
+        )
+    ]
+
+
 def dormant(timeline, params: Params = Params()) -> tuple[np.ndarray, np.ndarray]:
     """([N, L], [N, L, H]) bool: layers and heads whose attention is not learning yet at that
     checkpoint: the QK form's spectral norm (a layer: the median over its heads) is below
@@ -865,7 +951,7 @@ def run_detection(
     fine = timeline
     fine_steps = np.asarray(timeline.steps)
     starts, heads = examined_from(timeline, params, detectors)
-    fine_starts = starts
+    fine_starts, fine_heads = starts, heads
     k = block_size(timeline, starts, params) if reference is None else 1
     block = np.arange(len(fine_steps))
     if k > 1:  # a block is scored for a column once all its checkpoints are
@@ -940,7 +1026,7 @@ def run_detection(
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
-        alarms += counted
+        alarms += counted + depth_alarms(fine, params, block, fine_heads, detectors)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
