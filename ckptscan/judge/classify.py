@@ -106,9 +106,10 @@ def uncounted_jump(uncounted: list[Alarm], n_layers: int, horizon: int | None = 
         "shape": uncounted[0].shape,
         "note": (
             f"the whole model's step size jumped x{factor:.1f} or more at step {step}, in {len(layers)} of "
-            f"{max(1, n_layers)} layer(s), q/k and output projections together, but stayed below the level "
-            f"it had once the run settled: not counted (a schedule restart looks the same; so does an LR "
-            f"raised in a run that started without warm-up). Check the LR schedule at that step."
+            f"{max(1, n_layers)} layer(s), q/k and output projections together, but not above the level "
+            f"it had once the run settled in enough layers, so the jump rule did not count it (a schedule "
+            f"restart looks the same; so does an LR raised in a run that started without warm-up). Check "
+            f"the LR schedule at that step."
         ),
     }
 

@@ -668,11 +668,13 @@ def depth_alarms(
 ) -> list[Alarm]:
     """A collapse read by its depth, whatever its pace: a head whose D2 spectral entropy
     (``DEPTH_MONITOR``) stands below ``params.depth`` of its settled level (the median of its
-    first ``DEPTH_REF`` values examined, from ``heads``: ``head_starts``, checkpoint indices) at
-    ``params.persist`` checkpoints in a row, where another head's does within ``persist`` points
-    (``point_of``: checkpoint index -> scored point).  The level test scores each value against
-    a window of recent ones, which a slow collapse drags down with it; this one compares with
-    where the head was once the run settled.  One alarm per head, dated at the first of its
+    first ``DEPTH_REF`` values examined, from ``heads``: ``head_starts``, checkpoint indices;
+    ``examined_from``'s where not given) at ``params.persist`` consecutive checkpoints (an
+    undefined value breaks the run), where another head's does less than ``persist`` points
+    apart (``point_of``: checkpoint index -> scored point).  The level test scores each value
+    against a window of recent ones, which a slow collapse drags down with it; this one compares
+    with where the head was once the run settled.  One alarm per head (the earliest of its series:
+    a layout with a RoPE part has two per head, which count as one), dated at the first of its
     checkpoints below, confirmed at the last; its score is the fall (settled level over the
     highest of those values), not a z."""
     if params.depth <= 0:
@@ -680,6 +682,8 @@ def depth_alarms(
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     if det is None:
         return []
+    if heads is None:
+        heads = examined_from(timeline, params, detectors)[1]
     steps = np.asarray(timeline.steps)
     n, persist = len(steps), max(1, params.persist)
     found: list[Alarm] = []
@@ -700,7 +704,7 @@ def depth_alarms(
                 vals = col[idx]
                 below = vals < params.depth * ref
                 for k in range(DEPTH_REF, len(idx) - persist + 1):
-                    if below[k : k + persist].all():
+                    if idx[k + persist - 1] - idx[k] == persist - 1 and below[k : k + persist].all():
                         i, last = idx[k], idx[k + persist - 1]
                         point = int(point_of[i]) if point_of is not None else i
                         points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
@@ -723,13 +727,14 @@ def depth_alarms(
                             )
                         )
                         break
+    first: dict[tuple[int, int | None], Alarm] = {}  # per head, its earliest series' alarm
+    for a in sorted(found, key=lambda a: a.first_step):
+        first.setdefault((a.layer, a.head), a)
+    alarms = list(first.values())
     return [
         a
-        for a in found
-        if any(
-            abs(b.index - a.index) < persist and (b.block, b.layer, b.head) != (a.block, a.layer, a.head)
-            for b in found
-        )
+        for a in alarms
+        if any(abs(b.index - a.index) < persist and (b.layer, b.head) != (a.layer, a.head) for b in alarms)
     ]
 
 
@@ -1059,7 +1064,10 @@ def uncounted_jump(
     raises an alarm or changes a verdict; the verdict reports it (``uncounted_jump``) for the
     reader, who knows the schedule.  Empty where there is none, or where the jump rule is off."""
     below = jump_alarms(timeline, params, point_of, detectors, starts, settled_high=False)
-    if not below or (counted and counted[0].first_step <= below[0].first_step):
+    # the same jump where the counted one begins among the checkpoints this one read (an LR
+    # raised between two saves: the checkpoint before rose part of the way)
+    last = max((a.confirmed_step or a.first_step for a in below), default=None)
+    if not below or (counted and last is not None and counted[0].first_step <= last):
         return []
     return below
 

@@ -89,7 +89,12 @@ def judge(
         coverage,
         horizon=horizon,
         proj_broad=_until(detection, horizon),
-        uncounted=detection.uncounted,
+        # read on single checkpoints: before the divergence step itself, not its block's label
+        uncounted=[
+            a
+            for a in detection.uncounted
+            if loss["divergence_step"] is None or a.first_step < loss["divergence_step"]
+        ],
     )
 
     div = loss["divergence_step"]
