@@ -37,19 +37,18 @@ DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alar
 LR_ROLES = ("step_size", "second_order")
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' final and fresh parts (133 + 133 runs, regenerated), judged with the rules of
-# 4969f97, before the conditions of 457770f (``benchmarks/corpus/score.py --confidence`` prints this
-# table per part; these are the sums).
+# the corpus' final, holdout3 and holdout4 parts (133 runs each), judged with the rules of 31a8c00
+# (``benchmarks/corpus/score.py --confidence`` prints this table per part; these are the sums).
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (125, 143),
-    "lowprec_attention": (21, 29),
-    "lowprec_attention/projections-calm": (8, 8),  # q/k jumped with the collapse, the projections did not
-    "high_lr/step-size": (16, 18),  # no collapse: the step size (or the second-order term) grew
-    "high_lr/jump": (27, 28),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
-    "high_lr/step-size-first": (6, 9),  # the step size grew well before a collapse
-    "high_lr/logits": (0, 0),  # no collapse, only attention logits grew (not taken on final + fresh)
-    "combined/together": (9, 13),  # a collapse with the step size growing in two or more series
-    "combined/step-size-first": (12, 12),  # the step size grew just before a collapse
+    "healthy": (186, 211),
+    "lowprec_attention": (34, 57),
+    "lowprec_attention/projections-calm": (8, 9),  # q/k jumped with the collapse, the projections did not
+    "high_lr/step-size": (26, 27),  # no collapse: the step size (or the second-order term) grew
+    "high_lr/jump": (40, 41),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "high_lr/step-size-first": (7, 12),  # the step size grew well before a collapse
+    "high_lr/logits": (0, 0),  # no collapse, only attention logits grew (not taken on these parts)
+    "combined/together": (10, 14),  # a collapse with the step size growing in two or more series
+    "combined/step-size-first": (14, 17),  # the step size grew just before a collapse
 }
 
 
