@@ -692,9 +692,7 @@ def depth_alarms(
         for layer in range(arr.shape[1]):
             for head in range(arr.shape[2]):
                 col = arr[:, layer, head]
-                start = n
-                if heads is not None and layer < heads.shape[0]:
-                    start = int(heads[layer, min(head, heads.shape[1] - 1)])
+                start = int(heads[layer, min(head, heads.shape[1] - 1)]) if layer < heads.shape[0] else n
                 idx = [i for i in range(start, n) if np.isfinite(col[i])]
                 if len(idx) < DEPTH_REF + persist:
                     continue
@@ -1057,19 +1055,20 @@ def uncounted_jump(
     starts: np.ndarray | None = None,
 ) -> list[Alarm]:
     """The first whole-model step-size jump that ``jump_alarms`` reads without its settled-high
-    condition, where that is not the jump it counted (``counted``, its alarms): a jump that stayed
-    below the level the layers had once they settled.  A schedule restart does that, and so does
+    condition, where that is not the jump it counted (``counted``, its alarms): a jump that did not
+    stand above the level the layers had once they settled, in enough of them.  A schedule restart
+    does that, and so does
     an LR raised in a run whose step size was high when it settled (no warm-up: the update ratio
     falls for a long while after it).  Nothing in the weights tells the two apart, so it never
     raises an alarm or changes a verdict; the verdict reports it (``uncounted_jump``) for the
     reader, who knows the schedule.  Empty where there is none, or where the jump rule is off."""
     below = jump_alarms(timeline, params, point_of, detectors, starts, settled_high=False)
+    if not below:
+        return []
     # the same jump where the counted one begins among the checkpoints this one read (an LR
     # raised between two saves: the checkpoint before rose part of the way)
-    last = max((a.confirmed_step or a.first_step for a in below), default=None)
-    if not below or (counted and last is not None and counted[0].first_step <= last):
-        return []
-    return below
+    last = max(a.confirmed_step or a.first_step for a in below)
+    return [] if counted and counted[0].first_step <= last else below
 
 
 def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:

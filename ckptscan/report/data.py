@@ -175,7 +175,7 @@ def verdict(summary: dict) -> dict:
 
 def uncounted_note(summary: dict) -> str | None:
     """The verdict's ``uncounted_jump`` as one sentence (None where there is none): a whole-model
-    step-size jump that raised no alarm because it stayed below the run's settled level."""
+    step-size jump that raised no alarm: not above the run's settled level in enough layers."""
     u = verdict(summary).get("uncounted_jump")
     return str(u.get("note")) if isinstance(u, dict) and u.get("note") else None
 
