@@ -778,6 +778,92 @@ def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
         assert all(a.confirmed_step == steps[j + 1] for a in alarms)
 
 
+_STEP_NAMES = ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio")
+
+
+def _lr_growth(s, steps, onset, growth, names=_STEP_NAMES, layers=slice(None)):
+    """``s`` with the update ratios of ``names`` multiplied by exp(growth (t - onset) / 1000) from
+    step ``onset`` on (an LR that grows exponentially: a scheduler bug)."""
+    out = {k: v.copy() for k, v in s.items()}
+    factor = np.exp(growth * np.clip(steps - onset, 0, None) / 1000.0)
+    for name in names:
+        out[name][:, layers] *= factor[:, None, None]
+    return out
+
+
+def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
+    """The LR grows x e^1.5 per 1000 steps from step 605 (saves every 10 steps): every update ratio
+    rises about 1.5 % per save.  The rate test scores the change per point against the floor and
+    the recent trend (z under 3), the shift test counts only above the step size's settled high
+    (the run settled at its highest); the old rules called the run healthy.  The rise rule reads
+    the level against where it was two settling times before: x1.5, three checkpoints in a row, in
+    both layers, q/k and output projections together."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        grown = _lr_growth(s, steps, 605, 1.5)
+        t = Timeline.from_arrays(steps, grown)
+        old = judge(tmp_path, t, [], params=detect.Params(rise=0.0))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, grown), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("high_lr", "high_lr/rise"), seed
+        alarms = detect.rise_alarms(t)
+        assert {a.layer for a in alarms} == {0, 1} and all(
+            a.test == "rise" and a.score >= 1.5 for a in alarms
+        )
+        first = alarms[0].first_step
+        assert 605 < first <= 1300 and v["earliest_step"] == first, (seed, first)
+        assert all(a.confirmed_step == first + 20 for a in alarms)  # three checkpoints
+        # the hand computation at the alarm, layer 0: its step size (the median of its q and k
+        # update ratios' head medians) and its projections' x1.5 over the median of their values
+        # from two settling times to a third of that before (once settled), here and at the next two
+        starts = detect.layer_starts(t)
+        span = detect.RISE_SPAN * steps[starts.max()]
+        i = int(np.flatnonzero(steps == first)[0])
+        settled = np.arange(len(steps)) >= starts[0]
+        qk = [
+            np.log(np.median(grown[n][:, 0], axis=1)) for n in ("attn.q.update_ratio", "attn.k.update_ratio")
+        ]
+        for col in ((qk[0] + qk[1]) / 2, np.log(grown["out.update_ratio"][:, 0, 0])):
+            ref = np.median(col[(steps >= first - span) & (steps <= first - span / 3) & settled])
+            assert col[i : i + 3].min() - ref >= np.log(1.5), seed
+        assert detect.rise_alarms(t, detect.Params(rise=0.0)) == []
+
+
+def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
+    """What the rise rule must not read: the healthy run (its step size falls after settling); a
+    restart (the LR falls to 0.4 of where it was and warms up again, over 30 checkpoints, to twice
+    that; read without the restart guard it is a rise: every interval of the warm-up is small); an
+    LR that jumps x2.5 at one checkpoint and stays (the jump rule's: one save interval carries the
+    whole rise); the q/k updates rising with the output projections calm (a collapsing layer's own
+    update under the low-precision fault); one layer's updates rising alone; and a run without
+    output projections."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        assert detect.rise_alarms(Timeline.from_arrays(steps, s)) == [], seed
+        restart = {k: v.copy() for k, v in s.items()}
+        ramp = np.ones(len(steps))
+        ramp[100:130] = np.linspace(0.4, 2.0, 30)
+        ramp[130:] = 2.0
+        for name in _STEP_NAMES:
+            restart[name] = restart[name] * ramp[:, None, None]
+        assert detect.rise_alarms(Timeline.from_arrays(steps, restart)) == [], seed
+        with monkeypatch.context() as m:
+            m.setattr(detect, "RISE_DIP", 1e9)
+            assert detect.rise_alarms(Timeline.from_arrays(steps, restart)), seed
+        jump = {k: v.copy() for k, v in s.items()}
+        for name in _STEP_NAMES:
+            jump[name][100:] *= 2.5
+        assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed
+        qk = _lr_growth(s, steps, 805, 3.0, names=_STEP_NAMES[:2])
+        assert detect.rise_alarms(Timeline.from_arrays(steps, qk)) == [], seed
+        lone = _lr_growth(s, steps, 805, 3.0, layers=slice(1, 2))
+        assert detect.rise_alarms(Timeline.from_arrays(steps, lone)) == [], seed
+        grown = _lr_growth(s, steps, 805, 3.0)
+        assert detect.rise_alarms(Timeline.from_arrays(steps, grown)), seed
+        del grown["out.update_ratio"]
+        assert detect.rise_alarms(Timeline.from_arrays(steps, grown)) == [], seed
+
+
 def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
     """What the jump rule must not read as a jump: a linear warm-up from 0 (its rise decelerates),
     a restart (the LR falls to almost 0 and warms up again, over five checkpoints, to where it

@@ -4,8 +4,9 @@
 * ``reported()``: generated only after the rules were frozen (seeds 200-244); it also has recipe
   variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
   and 20 % of the run, the OLMoE family, other onsets and severities.
-* ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``, ``holdout3()``, ``holdout4()``: the
-  reported part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844)
+* ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``, ``holdout3()``, ``holdout4()``,
+  ``holdout5()``: the reported part's design with other seeds (300-344, 400-444, 500-544, 600-644,
+  700-744, 800-844, 900-944)
   and its cycles shifted, each generated after the rules had been chosen again
   (docs/detection.md says on which parts).
 
@@ -316,6 +317,13 @@ def holdout4() -> list[RunSpec]:
     return _held_out(seed0=800, shift=6)
 
 
+def holdout5() -> list[RunSpec]:
+    """An eighth held-out part, generated after the rise rule was added on final, holdout3 and
+    holdout4 (a slow step-size rise across the model, ``ckptscan.judge.detect.rise_alarms``):
+    other seeds (900-944), the cycles shifted by 7."""
+    return _held_out(seed0=900, shift=7)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -387,4 +395,5 @@ PARTS = {
     "holdout2": holdout2,
     "holdout3": holdout3,
     "holdout4": holdout4,
+    "holdout5": holdout5,
 }

@@ -38,13 +38,15 @@ LR_ROLES = ("step_size", "second_order")
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
 # the corpus' final, holdout3 and holdout4 parts (133 runs each), judged with the rules of 31a8c00
+# (``high_lr/rise`` and ``healthy``: with the rise rule, ``detect.rise_alarms``)
 # (``benchmarks/corpus/score.py --confidence`` prints this table per part; these are the sums).
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (186, 211),
+    "healthy": (186, 206),
     "lowprec_attention": (34, 57),
     "lowprec_attention/projections-calm": (8, 9),  # q/k jumped with the collapse, the projections did not
     "high_lr/step-size": (26, 27),  # no collapse: the step size (or the second-order term) grew
     "high_lr/jump": (40, 41),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "high_lr/rise": (5, 5),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
     "high_lr/step-size-first": (7, 12),  # the step size grew well before a collapse
     "high_lr/logits": (0, 0),  # no collapse, only attention logits grew (not taken on these parts)
     "combined/together": (10, 14),  # a collapse with the step size growing in two or more series
@@ -246,8 +248,9 @@ def _signature(
             why = f"the step size grew with it, in {len(near)} update-ratio series"
         else:
             why = None
-        # a step-size jump (``detect.jump_alarms``) is the output projections' step size jumping too
-        jump_near = any(a.test == "jump" for a in growth if a.index <= s0 + DECISION_WINDOW)
+        # a step-size jump or rise (``detect.jump_alarms``, ``rise_alarms``) is the output
+        # projections' step size moving too
+        jump_near = any(a.test in ("jump", "rise") for a in growth if a.index <= s0 + DECISION_WINDOW)
         if why is not None and not jump_near and _projections_calm(proj_broad, s0):
             return (
                 "lowprec_attention",
@@ -294,6 +297,19 @@ def _signature(
                 f"the step size jumped at step {at}, x{factor:.1f} or more over its level "
                 f"just before, in {len({a.layer for a in jumped})} of {n_layers} layer(s), the attention "
                 f"q/k updates and the output projections together, with no D2 entropy collapse first"
+            ),
+            window,
+        )
+    rose = [a for a in lr if a.test == "rise"]
+    if rose and min(a.index for a in rose) == first.index:  # a slow rise among the first alarms
+        factor, at = min(a.score for a in rose), min(a.first_step for a in rose)
+        return (
+            "high_lr",
+            "high_lr/rise",
+            (
+                f"the step size rose slowly to x{factor:.1f} or more over its level two settling times "
+                f"before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
+                f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
             ),
             window,
         )

@@ -1,7 +1,7 @@
 """Baselines, scores and persistent alarms: when did each monitor leave healthy behaviour?
 
 A fault is a deviation from healthy behaviour, not a low value by itself (docs/detection.md).
-``run_detection`` does six things, each in a function of its own:
+``run_detection`` does seven things, each in a function of its own:
 
 1. *What is examined* (``layer_starts``, ``head_starts``, ``dormant``): a layer is scored once it
    has left its early phase, read from its weights: its step size (``step_size``, the log of its
@@ -39,6 +39,12 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    below ``depth`` of its settled level (the median of its first values examined) ``persist``
    checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
    collapse down; this compares with where the head was.
+7. *A slow step-size rise across the model* (``rise_alarms``), on the checkpoints: the attention
+   step size *and* the output projections' ``rise`` times above their level two settling times
+   before, ``persist`` checkpoints in a row, in three quarters of the layers, where no one save
+   interval carried half the rise (a jump is 5.'s) and no restart (a dip) came before it: an LR
+   that grows exponentially moves a few percent per save, under the rate test's floor, and may
+   stay under the settled high that 5. and the shift test ask for.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -98,6 +104,8 @@ class Params:
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
+    rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
+    #                    level two settling times before, ``persist`` checkpoints in a row (0: off)
 
 
 @dataclass
@@ -117,7 +125,7 @@ class Alarm:
     length: int = 0  # points the sustained excursion lasted (from the trigger on)
     trigger_step: int = 0  # the step of the trigger's first point
     test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``;
-    #                 "depth": ``depth_alarms``
+    #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``
     shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
 
     def as_dict(self) -> dict:
@@ -655,6 +663,121 @@ def jump_alarms(
     return []
 
 
+RISE_SPAN = 2.0  # the rise rule's reference lies this many settling times back (the last layer's)
+RISE_DIP = 1.5  # ... and no value since two such spans before stood this far below it (a restart)
+RISE_GRADUAL = 0.5  # ... and no one save interval carried more than this share of the rise (a jump)
+
+
+def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int) -> np.ndarray:
+    """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
+    values at i .. i + persist - 1 less its reference level (the median of the values from
+    ``span`` to ``span`` / 3 steps before i, from its first examined checkpoint ``s0`` on, two of
+    them at least), where the rise was gradual (no save interval from the reference's first value
+    to i + persist - 1 rose more than ``RISE_GRADUAL`` of it) and came without a restart (nothing
+    from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
+    n = len(col)
+    out = np.full(n, np.nan)
+    idx = np.arange(n)
+    for i in range(max(s0, 0), n - persist + 1):
+        now = col[i : i + persist]
+        sel = (steps >= steps[i] - span) & (steps <= steps[i] - span / 3) & (idx >= s0)
+        ref_vals = col[sel][np.isfinite(col[sel])]
+        if len(ref_vals) < 2 or not np.isfinite(now).all():
+            continue
+        ref = float(np.median(ref_vals))
+        rise = float(now.min()) - ref
+        if rise <= 0:
+            continue
+        j0 = int(np.flatnonzero(sel)[0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            steepest = np.nanmax(np.diff(col[j0 : i + persist]))
+            jd = max(s0, int(np.searchsorted(steps, steps[i] - 2 * span)))
+            lowest = np.nanmin(col[jd:i])
+        if steepest > RISE_GRADUAL * rise or lowest < ref - np.log(RISE_DIP):
+            continue
+        out[i] = rise
+    return out
+
+
+def rise_alarms(
+    timeline,
+    params: Params = Params(),
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
+) -> list[Alarm]:
+    """A step size rising slowly across the whole model: the first checkpoint at which, in at least
+    ``JUMP_LAYERS`` of the layers with a step size (two where the model has two or more), both the
+    attention step size (``step_size``: q, k, router) and the output projections' stand
+    ``params.rise`` times above their level ``RISE_SPAN`` settling times before (the step at which
+    the last layer to settle did, ``starts``: ``layer_starts``), at ``params.persist`` checkpoints
+    in a row, where that rise was gradual and no restart came before it (``_slow_rise``).  One
+    alarm per layer that rose, its score the smaller of the two rise factors (not a z), confirmed
+    at the last of those checkpoints.  After it settles, a healthy run's step size falls or holds
+    (the LR decays, the weights grow); an LR that grows exponentially raises it, a few percent per
+    save, too slowly for the rate test's per-point change and too low for the shift test's settled
+    high.  A jump is the jump rule's; a restart starts from a dip; the low-precision fault leaves
+    the output projections alone.  Nothing to read without output projections."""
+    if params.rise <= 0:
+        return []
+    g = step_size(timeline, detectors)
+    go = np.full(g.shape, np.nan)
+    proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
+    go[:, : proj.shape[1]] = proj
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    n, n_layers = g.shape
+    if starts is None:
+        starts = layer_starts(timeline, params, detectors)
+    settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
+    if n < 2 or not settled:
+        return []
+    interval = float(np.median(np.diff(steps)))
+    span = max(RISE_SPAN * float(steps[max(settled)]), 4 * interval)
+    persist = max(1, params.persist)
+    with_step = np.isfinite(g).any(axis=0)
+    total = int(with_step.sum())
+    need = max(min(2, total), int(np.ceil(JUMP_LAYERS * total)))
+    rise = np.full(g.shape, np.nan)
+    for layer in np.flatnonzero(with_step & np.isfinite(go).any(axis=0)).tolist():
+        s0 = int(starts[layer]) if layer < len(starts) else n
+        # both must have risen: NaN (no rise read) in either is NaN here
+        rise[:, layer] = np.minimum(
+            _slow_rise(g[:, layer], steps, s0, span, persist),
+            _slow_rise(go[:, layer], steps, s0, span, persist),
+        )
+    with np.errstate(invalid="ignore"):
+        rose = rise >= np.log(params.rise)
+    name = next(
+        iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
+    )
+    for i in range(n):
+        if total == 0 or rose[i].sum() < need:
+            continue
+        last = min(i + persist - 1, n - 1)
+        point = int(point_of[i]) if point_of is not None else i
+        points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
+        return [
+            Alarm(
+                "attn.q.update_ratio",
+                name or "attn.q.update_ratio",
+                layer,
+                None,
+                int(steps[i]),
+                point,
+                float(np.exp(rise[i, layer])),  # the rise factor, not a z
+                Role.STEP_SIZE,
+                "up",
+                int(steps[last]),
+                points,
+                int(steps[i]),
+                "rise",
+            )
+            for layer in np.flatnonzero(rose[i]).tolist()
+        ]
+    return []
+
+
 DEPTH_MONITOR = "attn.D2.entropy2"  # the spectral entropy (alpha 2) of D2, / log h
 DEPTH_REF = 5  # a head's settled level: the median of its first this many values examined
 
@@ -1030,6 +1153,7 @@ def run_detection(
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
         alarms += counted + depth_alarms(fine, params, block, fine_heads, detectors)
+        alarms += rise_alarms(fine, params, block, detectors, fine_starts)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices

@@ -190,10 +190,13 @@ _JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint sp
 def evidence_monitor(e: dict) -> str:
     """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, in which
     shape it was read, and that its score is the jump factor, not a z; a collapse read by its
-    depth (``test`` "depth") that its score is the fall from the head's settled level."""
+    depth (``test`` "depth") that its score is the fall from the head's settled level; a slow rise
+    (``test`` "rise") that its score is the rise factor."""
     m = str(e.get("monitor", ""))
     if e.get("test") == "depth":
         return f"{m} (depth: score = fall factor)"
+    if e.get("test") == "rise":
+        return f"{m} (slow rise: score = factor)"
     if e.get("test") != "jump":
         return m
     return f"{m} ({_JUMP_SHAPE.get(str(e.get('shape')), 'jump')}: score = factor)"
