@@ -574,6 +574,56 @@ def _evenly_saved(steps: np.ndarray, ahead: int) -> np.ndarray:
     return even
 
 
+def _model_steps(timeline, detectors: Sequence[Detector] = DETECTORS) -> tuple[np.ndarray, np.ndarray]:
+    """([N, L], [N, L]) log step sizes: attention's (``step_size``: q, k, router) and the output
+    projections' (they move with the LR, not with the attention fault), NaN where unread."""
+    g = step_size(timeline, detectors)
+    go = np.full(g.shape, np.nan)
+    proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
+    go[:, : proj.shape[1]] = proj
+    return g, go
+
+
+def _step_alarms(
+    timeline,
+    detectors: Sequence[Detector],
+    point_of,
+    i: int,
+    last: int,
+    layers: list[int],
+    factors: np.ndarray,
+    test: str,
+    shapes: np.ndarray | None = None,
+) -> list[Alarm]:
+    """One whole-model step-size alarm per layer in ``layers``, at checkpoint ``i``, confirmed at
+    ``last``, its score the layer's factor (``factors``: log, per layer; not a z)."""
+    steps = np.asarray(timeline.steps)
+    name = next(
+        iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
+    )
+    point = int(point_of[i]) if point_of is not None else i
+    points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
+    return [
+        Alarm(
+            "attn.q.update_ratio",
+            name or "attn.q.update_ratio",
+            layer,
+            None,
+            int(steps[i]),
+            point,
+            float(np.exp(factors[layer])),
+            Role.STEP_SIZE,
+            "up",
+            int(steps[last]),
+            points,
+            int(steps[i]),
+            test,
+            str(shapes[layer]) if shapes is not None else "",
+        )
+        for layer in layers
+    ]
+
+
 def jump_alarms(
     timeline,
     params: Params = Params(),
@@ -600,11 +650,7 @@ def jump_alarms(
     never an alarm)."""
     if params.jump <= 0:
         return []
-    g = step_size(timeline, detectors)
-    # the output projections' (they move with the LR, not with the attention fault); NaN: unread
-    go = np.full(g.shape, np.nan)
-    proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
-    go[:, : proj.shape[1]] = proj
+    g, go = _model_steps(timeline, detectors)
     steps = np.asarray(timeline.steps)
     thresholds = {"jump": params.jump, "straddle": params.jump, "spike": params.jump_spike}
     jumped = np.zeros(g.shape, dtype=bool)
@@ -631,35 +677,13 @@ def jump_alarms(
         read_as[new] = shape
         jumped |= hit
         read |= np.isfinite(qk)
-    name = next(
-        iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
-    )
     for i in range(len(steps) - 1):
         n_read = int(read[i].sum())  # layers whose step size is read at i
         if n_read == 0 or jumped[i].sum() < max(min(2, n_read), int(np.ceil(JUMP_LAYERS * n_read))):
             continue
-        point = int(point_of[i]) if point_of is not None else i
         last = i + int(ahead[i][jumped[i]].max())  # the checkpoint that completes the evidence
-        points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
-        return [
-            Alarm(
-                "attn.q.update_ratio",
-                name or "attn.q.update_ratio",
-                layer,
-                None,
-                int(steps[i]),
-                point,
-                float(np.exp(factor[i, layer])),  # the jump factor, not a z
-                Role.STEP_SIZE,
-                "up",
-                int(steps[last]),
-                points,
-                int(steps[i]),
-                "jump",
-                str(read_as[i, layer]),
-            )
-            for layer in np.flatnonzero(jumped[i]).tolist()
-        ]
+        layers = np.flatnonzero(jumped[i]).tolist()
+        return _step_alarms(timeline, detectors, point_of, i, last, layers, factor[i], "jump", read_as[i])
     return []
 
 
@@ -700,45 +724,31 @@ def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
     return out
 
 
-def rise_alarms(
+def rise_levels(
     timeline,
     params: Params = Params(),
-    point_of=None,
     detectors: Sequence[Detector] = DETECTORS,
     starts: np.ndarray | None = None,
-) -> list[Alarm]:
-    """A step size rising slowly across the whole model: the first checkpoint at which, in at least
-    ``JUMP_LAYERS`` of the layers with a step size (two where the model has two or more), both the
-    attention step size (``step_size``: q, k, router) and the output projections' stand
-    ``params.rise`` times above their level ``RISE_SPAN`` settling times before (the step at which
-    the last layer to settle did, ``starts``: ``layer_starts``), at ``params.persist`` checkpoints
-    in a row, where that rise was gradual and no restart came before it (``_slow_rise``).  One
-    alarm per layer that rose, its score the smaller of the two rise factors (not a z), confirmed
-    at the last of those checkpoints.  After it settles, a healthy run's step size falls or holds
-    (the LR decays, the weights grow); an LR that grows exponentially raises it, a few percent per
-    save, too slowly for the rate test's per-point change and too low for the shift test's settled
-    high.  A jump is the jump rule's; a restart starts from a dip; the low-precision fault leaves
-    the output projections alone.  Nothing to read without output projections."""
-    if params.rise <= 0:
-        return []
-    g = step_size(timeline, detectors)
-    go = np.full(g.shape, np.nan)
-    proj = step_size(timeline, detectors, Role.PROJ_STEP)[:, : g.shape[1]]
-    go[:, : proj.shape[1]] = proj
+) -> tuple[np.ndarray, int]:
+    """([N, L], need): per checkpoint and layer, the log rise the rise rule reads (``rise_alarms``):
+    the smaller of the attention step size's and the output projections' ``_slow_rise`` over their
+    level ``RISE_SPAN`` settling times before (the step at which the last layer to settle did,
+    ``starts``: ``layer_starts``), lowest over ``params.persist`` checkpoints; NaN where either is
+    unread or did not rise so.  ``need``: the layers that must rise together, ``JUMP_LAYERS`` of
+    those with a step size (two where the model has two or more); 0 where none has one."""
+    g, go = _model_steps(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     n, n_layers = g.shape
+    rise = np.full(g.shape, np.nan)
     if starts is None:
         starts = layer_starts(timeline, params, detectors)
     settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
     if n < 2 or not settled:
-        return []
-    interval = float(np.median(np.diff(steps)))
-    span = max(RISE_SPAN * float(steps[max(settled)]), 4 * interval)
+        return rise, 0
+    span = max(RISE_SPAN * float(steps[max(settled)]), 4 * float(np.median(np.diff(steps))))
     persist = max(1, params.persist)
     with_step = np.isfinite(g).any(axis=0)
     total = int(with_step.sum())
-    need = max(min(2, total), int(np.ceil(JUMP_LAYERS * total)))
-    rise = np.full(g.shape, np.nan)
     for layer in np.flatnonzero(with_step & np.isfinite(go).any(axis=0)).tolist():
         s0 = int(starts[layer]) if layer < len(starts) else n
         # both must have risen: NaN (no rise read) in either is NaN here
@@ -746,35 +756,39 @@ def rise_alarms(
             _slow_rise(g[:, layer], steps, s0, span, persist),
             _slow_rise(go[:, layer], steps, s0, span, persist),
         )
+    return rise, max(min(2, total), int(np.ceil(JUMP_LAYERS * total)))
+
+
+def rise_alarms(
+    timeline,
+    params: Params = Params(),
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
+) -> list[Alarm]:
+    """A step size rising slowly across the whole model: the first checkpoint at which, in the
+    layers ``rise_levels`` needs, both the attention step size (``step_size``: q, k, router) and
+    the output projections' stand ``params.rise`` times above their level ``RISE_SPAN`` settling
+    times before, at ``params.persist`` checkpoints in a row, where that rise was gradual and no
+    restart came before it (``_slow_rise``).  One alarm per layer that rose, its score the
+    rise factor (not a z), confirmed at the last of those checkpoints.  After it settles, a
+    healthy run's step size falls or holds (the LR decays, the weights grow); an LR that grows
+    exponentially raises it, a few percent per save, too slowly for the rate test's per-point
+    change and too low for the shift test's settled high.  A jump is the jump rule's; a restart
+    starts from a dip; the low-precision fault leaves the output projections alone.  Nothing to
+    read without output projections."""
+    if params.rise <= 0:
+        return []
+    rise, need = rise_levels(timeline, params, detectors, starts)
     with np.errstate(invalid="ignore"):
         rose = rise >= np.log(params.rise)
-    name = next(
-        iter(_series_for(timeline, dataclasses.replace(_LOG_LEVEL, monitor="attn.q.update_ratio"))), None
-    )
+    n = len(rise)
     for i in range(n):
-        if total == 0 or rose[i].sum() < need:
+        if need == 0 or rose[i].sum() < need:
             continue
-        last = min(i + persist - 1, n - 1)
-        point = int(point_of[i]) if point_of is not None else i
-        points = int(point_of[last]) - point + 1 if point_of is not None else last - i + 1
-        return [
-            Alarm(
-                "attn.q.update_ratio",
-                name or "attn.q.update_ratio",
-                layer,
-                None,
-                int(steps[i]),
-                point,
-                float(np.exp(rise[i, layer])),  # the rise factor, not a z
-                Role.STEP_SIZE,
-                "up",
-                int(steps[last]),
-                points,
-                int(steps[i]),
-                "rise",
-            )
-            for layer in np.flatnonzero(rose[i]).tolist()
-        ]
+        last = min(i + max(1, params.persist) - 1, n - 1)
+        layers = np.flatnonzero(rose[i]).tolist()
+        return _step_alarms(timeline, detectors, point_of, i, last, layers, rise[i], "rise")
     return []
 
 

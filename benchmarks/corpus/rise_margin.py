@@ -1,0 +1,72 @@
+"""How far the whole model's step size rises slowly, per run: the margin the rise rule
+(``detect.rise_alarms``) sits in.
+
+    python benchmarks/corpus/rise_margin.py --ana /work/corpus-ana/final /work/corpus-ana/holdout3
+
+For every analysed run with an ``eval.json`` row beside it (``score.py`` writes both): the largest
+rise factor the rule reads at any checkpoint before the loss diverged, across the model (at each
+checkpoint the layer rise, the smaller of the attention step size's and the output projections'
+gradual, restart-free rise over their level two settling times before, lowest over three
+checkpoints, ``detect.rise_levels``; taken at the layer the rule's count needs: the rule fires
+where this reaches ``Params.rise``). 1.0: none. Prints the largest among healthy and benign runs
+(how far they stay from the rule's x1.5) and, for the high-LR runs, how many reach x1.5. Reads
+only the stored timelines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def largest_rise(result) -> float:
+    """The largest whole-model rise factor (``detect.rise_levels``, at the layer the rule's count
+    needs) before the divergence step (1.0: none read)."""
+    from ckptscan.judge import detect
+
+    tl = result.timeline
+    rise, need = detect.rise_levels(tl, starts=detect.examined_from(tl)[0])
+    steps = np.asarray(tl.steps)
+    div = (result.summary.get("loss") or {}).get("divergence_step")
+    end = len(steps) if div is None else int(np.searchsorted(steps, div))
+    if need == 0 or end == 0:
+        return 1.0
+    read = np.where(np.isnan(rise[:end]), -np.inf, rise[:end])
+    at_need = np.sort(read, axis=1)[:, ::-1][:, need - 1]  # the need-th largest layer rise
+    best = float(np.max(at_need))
+    return float(np.exp(best)) if np.isfinite(best) else 1.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
+    ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    args = ap.parse_args(argv)
+    from ckptscan.api import load_result
+
+    clean, high = [], []
+    for root in args.ana:
+        for row in json.loads((root / args.eval).read_text())["rows"]:
+            rise = largest_rise(load_result(root / row["run"]))
+            if row["truth"] == "healthy":
+                clean.append((rise, row["run"]))
+            elif row["truth"] == "high_lr":
+                high.append(rise)
+    top = max(clean) if clean else None
+    largest = (
+        f"x{top[0]:.2f} ({top[1]})" if top and top[0] > 1.0 else "none (no gradual rise in enough layers)"
+    )
+    print(f"healthy/benign runs read: {len(clean)}; largest rise: {largest}")
+    print(f"high-LR runs read: {len(high)}; reaching x1.5: {sum(r >= 1.5 for r in high)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
