@@ -829,6 +829,42 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
         assert detect.rise_alarms(t, detect.Params(rise=0.0)) == []
 
 
+def test_slow_rise_against_a_direct_reading():
+    """``_slow_rise`` (windows found by bisection on the steps) against the rule read literally,
+    checkpoint by checkpoint, on step sizes that fall, then rise from a random checkpoint on (with
+    noise, a dip, a jump, gaps and uneven saves); every condition decides somewhere."""
+    rng = np.random.default_rng(7)
+    decided = {"rise": 0, "steep": 0, "dip": 0}
+    for trial in range(40):
+        n = int(rng.integers(30, 80))
+        steps = np.cumsum(rng.integers(5, 30, n)).astype(np.float64)
+        j = np.arange(n)
+        col = -0.01 * j + 0.06 * np.clip(j - rng.integers(10, n), 0, None) + 0.02 * rng.standard_normal(n)
+        col[rng.integers(0, n)] -= rng.uniform(0, 1.0)  # a dip
+        col[rng.integers(0, n) :] += rng.uniform(0, 0.6)  # a jump that stays
+        col[rng.random(n) < 0.05] = np.nan
+        s0, span, persist = int(rng.integers(0, 10)), float(rng.uniform(40, 200)), 3
+        got = detect._slow_rise(col, steps, s0, span, persist)
+        for i in range(n):
+            want = np.nan
+            sel = [j for j in range(s0, n) if steps[i] - span <= steps[j] <= steps[i] - span / 3]
+            ref_vals = [col[j] for j in sel if np.isfinite(col[j])]
+            now = col[i : i + persist]
+            if i >= s0 and i + persist <= n and len(ref_vals) >= 2 and np.isfinite(now).all():
+                ref = np.median(ref_vals)
+                rise = now.min() - ref
+                ups = [col[j + 1] - col[j] for j in range(sel[0], i + persist - 1)]
+                back = [col[j] for j in range(s0, i) if steps[j] >= steps[i] - 2 * span]
+                gradual = max(u for u in ups if np.isfinite(u)) <= detect.RISE_GRADUAL * rise
+                no_dip = min(b for b in back if np.isfinite(b)) >= ref - np.log(detect.RISE_DIP)
+                if rise > 0 and gradual and no_dip:
+                    want = rise
+                if rise > 0:
+                    decided["rise" if gradual and no_dip else "steep" if not gradual else "dip"] += 1
+            assert (np.isnan(got[i]) and np.isnan(want)) or np.isclose(got[i], want), (trial, i)
+    assert min(decided.values()) >= 5, decided
+
+
 def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
     """What the rise rule must not read: the healthy run (its step size falls after settling); a
     restart (the LR falls to 0.4 of where it was and warms up again, over 30 checkpoints, to twice

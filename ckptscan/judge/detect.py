@@ -701,22 +701,23 @@ def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
     from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
     n = len(col)
     out = np.full(n, np.nan)
-    idx = np.arange(n)
+    rises = np.diff(col)  # rises[j]: from j to j + 1
     for i in range(max(s0, 0), n - persist + 1):
         now = col[i : i + persist]
-        sel = (steps >= steps[i] - span) & (steps <= steps[i] - span / 3) & (idx >= s0)
-        ref_vals = col[sel][np.isfinite(col[sel])]
+        # the reference values: steps[i] - span .. steps[i] - span / 3, from s0 on (steps ascend)
+        j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
+        j1 = int(np.searchsorted(steps, steps[i] - span / 3, side="right"))
+        ref_vals = col[j0:j1][np.isfinite(col[j0:j1])]
         if len(ref_vals) < 2 or not np.isfinite(now).all():
             continue
         ref = float(np.median(ref_vals))
         rise = float(now.min()) - ref
         if rise <= 0:
             continue
-        j0 = int(np.flatnonzero(sel)[0])
+        jd = max(s0, int(np.searchsorted(steps, steps[i] - 2 * span)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            steepest = np.nanmax(np.diff(col[j0 : i + persist]))
-            jd = max(s0, int(np.searchsorted(steps, steps[i] - 2 * span)))
+            steepest = np.nanmax(rises[j0 : i + persist - 1])
             lowest = np.nanmin(col[jd:i])
         if steepest > RISE_GRADUAL * rise or lowest < ref - np.log(RISE_DIP):
             continue
