@@ -138,3 +138,31 @@ def test_one_tiny_run_per_stack(tmp_path, keep_threads):
     assert [e["step"] for e in state["log_history"] if "loss" in e] == list(range(1, 61))
     sd = torch.load(lightning / trees["lightning"].format(60), weights_only=True)
     assert any(k.startswith("model.model.layers.0.self_attn.q_proj") for k in sd["state_dict"])
+
+
+def test_changed_lists_only_the_runs_whose_verdict_moved(tmp_path, capsys):
+    """``benchmarks/corpus/changed.py``: a run whose verdict, path or date moved is listed with both
+    readings; an identical run, or one that differs only in a field outside the verdict (a lead
+    time), is not; a run in one file only is."""
+    from benchmarks.corpus import changed
+
+    same = {"run": "a", "truth": "healthy", "verdict": "healthy", "decision": "healthy", "lead_time": 1}
+    moved = {
+        "run": "b",
+        "truth": "high_lr",
+        "verdict": "healthy",
+        "decision": "healthy",
+        "earliest_step": None,
+    }
+    before = [same, moved]
+    after = [
+        dict(same, lead_time=2),
+        dict(moved, verdict="high_lr", decision="high_lr/rise", earliest_step=1350),
+        {"run": "c", "verdict": "healthy"},
+    ]
+    assert [run for run, _, _ in changed.changed(before, after)] == ["b", "c"]
+    for name, rows in (("before.json", before), ("after.json", after)):
+        (tmp_path / name).write_text(json.dumps({"rows": rows}))
+    assert changed.main([str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
+    out = capsys.readouterr().out
+    assert "decision high_lr/rise" in out and out.strip().endswith("2 of 3 runs changed")

@@ -853,9 +853,10 @@ def test_slow_rise_against_a_direct_reading():
             if i >= s0 and i + persist <= n and len(ref_vals) >= 2 and np.isfinite(now).all():
                 ref = np.median(ref_vals)
                 rise = now.min() - ref
-                ups = [col[j + 1] - col[j] for j in range(sel[0], i + persist - 1)]
+                seen = [col[j] for j in range(sel[0], i + persist) if np.isfinite(col[j])]
+                ups = [b - a for a, b in zip(seen, seen[1:], strict=False)]
                 back = [col[j] for j in range(s0, i) if steps[j] >= steps[i] - 2 * span]
-                gradual = max(u for u in ups if np.isfinite(u)) <= detect.RISE_GRADUAL * rise
+                gradual = max(ups) <= detect.RISE_GRADUAL * rise
                 no_dip = min(b for b in back if np.isfinite(b)) >= ref - np.log(detect.RISE_DIP)
                 if rise > 0 and gradual and no_dip:
                     want = rise
@@ -870,9 +871,10 @@ def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
     restart (the LR falls to 0.4 of where it was and warms up again, over 30 checkpoints, to twice
     that; read without the restart guard it is a rise: every interval of the warm-up is small); an
     LR that jumps x2.5 at one checkpoint and stays (the jump rule's: one save interval carries the
-    whole rise); the q/k updates rising with the output projections calm (a collapsing layer's own
-    update under the low-precision fault); one layer's updates rising alone; and a run without
-    output projections."""
+    whole rise; read without the gradual guard it is a rise, and so it was with the checkpoint at
+    the jump unread, where the guard skipped both intervals next to the undefined value); the q/k
+    updates rising with the output projections calm (a collapsing layer's own update under the
+    low-precision fault); one layer's updates rising alone; and a run without output projections."""
     for seed in range(4):
         steps, s = _fine_run_with_projections(seed)
         assert detect.rise_alarms(Timeline.from_arrays(steps, s)) == [], seed
@@ -889,6 +891,12 @@ def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
         jump = {k: v.copy() for k, v in s.items()}
         for name in _STEP_NAMES:
             jump[name][100:] *= 2.5
+        assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed
+        with monkeypatch.context() as m:
+            m.setattr(detect, "RISE_GRADUAL", 1e9)
+            assert detect.rise_alarms(Timeline.from_arrays(steps, jump)), seed
+        for name in _STEP_NAMES:
+            jump[name][100] = np.nan  # an unread checkpoint at the jump does not hide it
         assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed
         qk = _lr_growth(s, steps, 805, 3.0, names=_STEP_NAMES[:2])
         assert detect.rise_alarms(Timeline.from_arrays(steps, qk)) == [], seed
@@ -1165,3 +1173,21 @@ def test_a_jump_near_the_collapse_means_the_projections_moved():
     jumps = [dataclasses.replace(x, test="jump") for x in two]
     v = classify.classify(base + jumps, [], L, STEPS, proj_broad=calm)
     assert (v["fault_type"], v["decision"]) == ("combined", "combined/together")
+    rises = [dataclasses.replace(x, test="rise") for x in two]  # the rise rule reads them too
+    v = classify.classify(base + rises, [], L, STEPS, proj_broad=calm)
+    assert (v["fault_type"], v["decision"]) == ("combined", "combined/together")
+
+
+def test_a_rise_among_the_first_alarms_is_high_lr_rise_unless_a_jump_is():
+    """No collapse: a rise alarm at the first alarm's point is ``high_lr/rise``; a jump at the same
+    point is ``high_lr/jump`` (the jump is the sharper evidence); a rise after another step-size
+    alarm leaves ``high_lr/step-size``."""
+    a = _alarm
+    rise = [dataclasses.replace(a("step_size", 5, layer), test="rise", score=1.8) for layer in (0, 1)]
+    v = classify.classify(rise, [], L, STEPS)
+    assert (v["fault_type"], v["decision"]) == ("high_lr", "high_lr/rise")
+    assert "x1.8" in v["reason"]
+    jump = [dataclasses.replace(a("step_size", 5, layer), test="jump", score=2.0) for layer in (0, 1)]
+    assert classify.classify(rise + jump, [], L, STEPS)["decision"] == "high_lr/jump"
+    later = [dataclasses.replace(x, index=8, first_step=STEPS[8], trigger_step=STEPS[8]) for x in rise]
+    assert classify.classify([a("step_size", 5, 0)] + later, [], L, STEPS)["decision"] == "high_lr/step-size"

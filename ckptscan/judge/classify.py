@@ -214,12 +214,14 @@ def _signature(
       with it in two or more update-ratio series (q, k, router) at least one of them attention's:
       ``combined`` (the low-precision fault makes a collapsing layer's own update jump, once, never
       the step size grow before the collapse), provided the output projections' step size was off
-      across layers within the window as well (or jumped: a ``jump`` alarm there), where they are
+      across layers within the window as well (or moved: a ``jump`` or ``rise`` alarm there), where they are
       read (``proj_broad``, per point; the fault leaves them alone):
       ``lowprec_attention/projections-calm`` otherwise; else
       ``lowprec_attention``;
-    * no collapse: ``high_lr`` (step-size or second-order growth; or only logit growth, the
-      classic sign of a too-large step)."""
+    * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
+      alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/step-size``
+      (step-size or second-order growth); ``high_lr/logits`` where only logits grew, the classic
+      sign of a too-large step."""
     n_layers = max(1, n_layers)
     structure = [a for a in alarms if a.role == "structure"]
     growth = [a for a in alarms if a.role == "step_size"]  # broad by construction (detect._broad)
@@ -307,8 +309,8 @@ def _signature(
             "high_lr",
             "high_lr/rise",
             (
-                f"the step size rose slowly to x{factor:.1f} or more over its level two settling times "
-                f"before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
+                f"the step size rose slowly to x{factor:.1f} or more over where it stood 2/3 to 2 settling "
+                f"times before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
                 f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
             ),
             window,

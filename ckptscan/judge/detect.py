@@ -40,8 +40,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
    collapse down; this compares with where the head was.
 7. *A slow step-size rise across the model* (``rise_alarms``), on the checkpoints: the attention
-   step size *and* the output projections' ``rise`` times above their level two settling times
-   before, ``persist`` checkpoints in a row, in three quarters of the layers, where no one save
+   step size *and* the output projections' ``rise`` times above their level 2/3 to 2 settling
+   times before (the median there), ``persist`` checkpoints in a row, in three quarters of the layers, where no one save
    interval carried half the rise (a jump is 5.'s) and no restart (a dip) came before it: an LR
    that grows exponentially moves a few percent per save, under the rate test's floor, and may
    stay under the settled high that 5. and the shift test ask for.
@@ -696,12 +696,12 @@ def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
     """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
     values at i .. i + persist - 1 less its reference level (the median of the values from
     ``span`` to ``span`` / 3 steps before i, from its first examined checkpoint ``s0`` on, two of
-    them at least), where the rise was gradual (no save interval from the reference's first value
-    to i + persist - 1 rose more than ``RISE_GRADUAL`` of it) and came without a restart (nothing
-    from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
+    them at least), where the rise was gradual (from the first checkpoint of the reference window
+    to i + persist - 1, no step from one defined value to the next rose more than
+    ``RISE_GRADUAL`` of it: an undefined value does not hide a jump) and came without a restart
+    (nothing from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
     n = len(col)
     out = np.full(n, np.nan)
-    rises = np.diff(col)  # rises[j]: from j to j + 1
     for i in range(max(s0, 0), n - persist + 1):
         now = col[i : i + persist]
         # the reference values: steps[i] - span .. steps[i] - span / 3, from s0 on (steps ascend)
@@ -714,11 +714,11 @@ def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
         rise = float(now.min()) - ref
         if rise <= 0:
             continue
+        # save to save over the values read (an undefined one between two: one interval across it)
+        seg = col[j0 : i + persist]
+        steepest = float(np.max(np.diff(seg[np.isfinite(seg)])))
         jd = max(s0, int(np.searchsorted(steps, steps[i] - 2 * span)))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            steepest = np.nanmax(rises[j0 : i + persist - 1])
-            lowest = np.nanmin(col[jd:i])
+        lowest = float(np.nanmin(col[jd:i]))  # holds the reference values: never all undefined
         if steepest > RISE_GRADUAL * rise or lowest < ref - np.log(RISE_DIP):
             continue
         out[i] = rise
@@ -733,8 +733,9 @@ def rise_levels(
 ) -> tuple[np.ndarray, int]:
     """([N, L], need): per checkpoint and layer, the log rise the rise rule reads (``rise_alarms``):
     the smaller of the attention step size's and the output projections' ``_slow_rise`` over their
-    level ``RISE_SPAN`` settling times before (the step at which the last layer to settle did,
-    ``starts``: ``layer_starts``), lowest over ``params.persist`` checkpoints; NaN where either is
+    level ``RISE_SPAN`` settling times to a third of that before (the median there; the settling
+    time: the step at which the last layer to settle did, ``starts``: ``layer_starts``; the span
+    at least four median save intervals), lowest over ``params.persist`` checkpoints; NaN where either is
     unread or did not rise so.  ``need``: the layers that must rise together, ``JUMP_LAYERS`` of
     those with a step size (two where the model has two or more); 0 where none has one."""
     g, go = _model_steps(timeline, detectors)
@@ -770,7 +771,7 @@ def rise_alarms(
     """A step size rising slowly across the whole model: the first checkpoint at which, in the
     layers ``rise_levels`` needs, both the attention step size (``step_size``: q, k, router) and
     the output projections' stand ``params.rise`` times above their level ``RISE_SPAN`` settling
-    times before, at ``params.persist`` checkpoints in a row, where that rise was gradual and no
+    times to a third of that before, at ``params.persist`` checkpoints in a row, where that rise was gradual and no
     restart came before it (``_slow_rise``).  One alarm per layer that rose, its score the
     rise factor (not a z), confirmed at the last of those checkpoints.  After it settles, a
     healthy run's step size falls or holds (the LR decays, the weights grow); an LR that grows
@@ -1082,8 +1083,9 @@ def detect(
 def run_detection(
     timeline, params: Params = Params(), reference=None, detectors: Sequence[Detector] = DETECTORS
 ) -> Detection:
-    """Every sustained alarm in ``timeline`` (one per scored column at most, and the jump rule's,
-    one per layer that jumped: ``jump_alarms``), earliest first.
+    """Every sustained alarm in ``timeline`` (one per scored column at most; the jump rule's,
+    one per layer that jumped: ``jump_alarms``; the depth rule's, one per head: ``depth_alarms``;
+    the rise rule's, one per layer that rose: ``rise_alarms``), earliest first.
 
     Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the

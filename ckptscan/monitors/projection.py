@@ -45,7 +45,7 @@ FAMILY = register_family(
         ),
         # scored by the same tests as the q/k update ratios (``attention.py``); the scores are
         # read by the classifier only (``detect._proj_broad``): no alarm of their own (the
-        # step-size jump rule, ``detect.jump_alarms``, reads the series itself)
+        # step-size jump and rise rules, ``detect.jump_alarms`` and ``rise_alarms``, read the series itself)
         detectors=(
             Detector("out.update_ratio", "rate", True, False, 0.05, Role.PROJ_STEP, "trend"),
             Detector("out.update_ratio", "shift", True, False, 0.3, Role.PROJ_STEP),
