@@ -105,7 +105,7 @@ class Params:
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
     rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
-    #                    level two settling times before, ``persist`` checkpoints in a row (0: off)
+    #                    level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
 
 
 @dataclass
@@ -788,7 +788,7 @@ def rise_alarms(
     for i in range(n):
         if need == 0 or rose[i].sum() < need:
             continue
-        last = min(i + max(1, params.persist) - 1, n - 1)
+        last = i + max(1, params.persist) - 1  # ``_slow_rise`` reads only where all of them are
         layers = np.flatnonzero(rose[i]).tolist()
         return _step_alarms(timeline, detectors, point_of, i, last, layers, rise[i], "rise")
     return []
