@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import cast
 
 import numpy as np
 
@@ -1191,3 +1192,75 @@ def test_a_rise_among_the_first_alarms_is_high_lr_rise_unless_a_jump_is():
     assert classify.classify(rise + jump, [], L, STEPS)["decision"] == "high_lr/jump"
     later = [dataclasses.replace(x, index=8, first_step=STEPS[8], trigger_step=STEPS[8]) for x in rise]
     assert classify.classify([a("step_size", 5, 0)] + later, [], L, STEPS)["decision"] == "high_lr/step-size"
+
+
+def test_model_jump_against_a_hand_computation():
+    """Per checkpoint from the fourth on: per layer, the smaller of the q/k and the projections'
+    rise over their level just before (``_level_before``), then the value that three quarters of
+    the layers reach (two of them at least); NaN where nothing is read; per point, the largest of
+    its checkpoints', with that checkpoint's step; None without projections."""
+    steps = np.arange(1, 9) * 100
+    qk = np.ones((8, 3, 1))
+    qk[5] = [[2.0], [3.0], [1.5]]  # checkpoint 5: x2, x3, x1.5 over a flat level of 1
+    out = np.ones((8, 3, 1))
+    out[5] = [[2.5], [1.8], [4.0]]
+    s = {"attn.q.update_ratio": qk, "attn.k.update_ratio": qk.copy(), "out.update_ratio": out}
+    mj = detect.model_jump(Timeline.from_arrays(steps, s))
+    assert mj is not None and np.isnan(mj.factor[:3]).all() and (mj.step[:3] == -1).all()
+    np.testing.assert_allclose(mj.factor[[3, 4]], 1.0)  # flat
+    assert (mj.factor[6:] < 1).all()  # after it: read against the jump's level (a fall)
+    # per layer min(q/k, out): 2.0, 1.8, 1.5; three quarters of 3 layers -> the 3rd largest
+    np.testing.assert_allclose(mj.factor[5], 1.5)
+    assert list(mj.step[3:]) == list(steps[3:])
+    # in blocks of two checkpoints: the larger of the block's, and where it was read
+    mj2 = detect.model_jump(Timeline.from_arrays(steps, s), np.arange(8) // 2)
+    assert mj2 is not None and len(mj2.factor) == 4 and np.isnan(mj2.factor[0])
+    np.testing.assert_allclose(mj2.factor[2], 1.5)
+    assert mj2.step[2] == steps[5] and mj2.step[1] in (steps[2], steps[3])
+    s["out.update_ratio"][:, 2] = np.nan  # two layers read: both -> the 2nd largest of 2.0, 1.8
+    mj = detect.model_jump(Timeline.from_arrays(steps, s))
+    assert mj is not None
+    np.testing.assert_allclose(mj.factor[5], 1.8)
+    del s["out.update_ratio"]
+    assert detect.model_jump(Timeline.from_arrays(steps, s)) is None
+
+
+def _collapse_with_model_spike(seed, factor=2.0, out_layers=(0, 1), at=10):
+    """Two heads of layer 1 collapse at checkpoint 10; at checkpoint ``at`` alone, every update
+    ratio of both layers, q/k and the output projections of ``out_layers``, stands x``factor``
+    above its course (an LR that jumped as the model began to break: the next save already reads
+    the collapse, not the step size)."""
+    s = healthy(seed)
+    s["attn.D2.entropy2"][10:, 1, :2] = 0.1
+    s["out.update_ratio"] = np.median(s["attn.q.update_ratio"], axis=2, keepdims=True) * 0.7
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+        s[name][at] *= factor
+    for layer in out_layers:
+        s["out.update_ratio"][at, layer] *= factor
+    return s
+
+
+def test_a_whole_model_jump_at_the_collapse_is_combined(tmp_path, monkeypatch):
+    """A D2 collapse with the whole model's step size jumping x2 at its checkpoint only, q/k and
+    output projections in both layers: no step-size alarm (one checkpoint), so the rules before
+    ``model_jump`` called it ``lowprec_attention``.  The jump is a step size the low-precision
+    fault cannot make: ``combined/jump``, dated from the jump where it came first.  Not where only
+    the collapsing layer's projection moved, the jump is small, or it came after the collapse."""
+    for seed in range(4):
+        s = _collapse_with_model_spike(seed)
+        v = judge(tmp_path, tl(s), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("combined", "combined/jump"), seed
+        # read against the level just before (the decay not carried on): x2 e^-0.2, noise aside
+        factor = cast(detect.ModelJump, detect.model_jump(tl(s))).factor[10]
+        assert 1.45 < factor < 1.85 and f"jumped x{factor:.1f}" in v["reason"], seed
+        assert v["earliest_step"] == STEPS[10]
+        # two points before: the run is off since the jump, the evidence the class rests on
+        v = judge(tmp_path, tl(_collapse_with_model_spike(seed, at=8)), [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("combined/jump", STEPS[8]), seed
+        for kw in ({"out_layers": (1,)}, {"factor": 1.3}, {"at": 11}):
+            v = judge(tmp_path, tl(_collapse_with_model_spike(seed, **kw)), [])["verdict"]
+            assert v["fault_type"] == "lowprec_attention", (seed, kw, v["decision"])
+    monkeypatch.setattr(classify, "COLLAPSE_JUMP", float("inf"))  # the rules before
+    for seed in range(4):
+        v = judge(tmp_path, tl(_collapse_with_model_spike(seed)), [])["verdict"]
+        assert v["fault_type"] == "lowprec_attention", (seed, v["decision"])

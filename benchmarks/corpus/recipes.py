@@ -5,8 +5,8 @@
   variations the calibration part lacks: AdamW betas (0.8, 0.99) and eps 1e-6, warm-ups of 1, 5, 15
   and 20 % of the run, the OLMoE family, other onsets and severities.
 * ``fresh()``, ``final()``, ``holdout()``, ``holdout2()``, ``holdout3()``, ``holdout4()``,
-  ``holdout5()``: the reported part's design with other seeds (300-344, 400-444, 500-544, 600-644,
-  700-744, 800-844, 900-944)
+  ``holdout5()``, ``holdout6()``: the reported part's design with other seeds (300-344, 400-444,
+  500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044)
   and its cycles shifted, each generated after the rules had been chosen again
   (docs/detection.md says on which parts).
 
@@ -324,6 +324,13 @@ def holdout5() -> list[RunSpec]:
     return _held_out(seed0=900, shift=7)
 
 
+def holdout6() -> list[RunSpec]:
+    """A ninth held-out part, generated after a one-checkpoint whole-model step-size jump next to a
+    collapse was made evidence of the combined fault on final, holdout3, holdout4 and holdout5
+    (``ckptscan.judge.detect.model_jump``): other seeds (1000-1044), the cycles shifted by 8."""
+    return _held_out(seed0=1000, shift=8)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -396,4 +403,5 @@ PARTS = {
     "holdout3": holdout3,
     "holdout4": holdout4,
     "holdout5": holdout5,
+    "holdout6": holdout6,
 }

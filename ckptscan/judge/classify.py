@@ -12,7 +12,9 @@ paths and what the corpus showed):
   collapse, if any, comes well after.
 * ``combined``: both: a collapse, and the step size growing just before it or with it in two or
   more update-ratio series, with the attention output projections' step size off across layers
-  around it where the layout names them (the low-precision fault does not reach them).
+  around it where the layout names them (the low-precision fault does not reach them); or a
+  collapse next to one checkpoint at which the whole model's step size jumped, the output
+  projections too (``detect.model_jump``: the run broke before a second checkpoint could show it).
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
 * ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` points
   examined after the run settled.
@@ -30,27 +32,28 @@ from typing import Any, cast
 
 import numpy as np
 
-from ckptscan.judge.detect import Alarm
+from ckptscan.judge.detect import COLLAPSE_JUMP, Alarm, ModelJump
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 
 LR_ROLES = ("step_size", "second_order")
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' final, holdout3 and holdout4 parts (133 runs each), judged with the rules of 31a8c00
-# (``high_lr/rise`` and ``healthy``: with the rise rule, ``detect.rise_alarms``)
-# (``benchmarks/corpus/score.py --confidence`` prints this table per part; these are the sums).
+# the corpus' final, holdout3, holdout4 and holdout5 parts (133 runs each), judged with the rules
+# that added ``combined/jump`` (``benchmarks/corpus/score.py`` prints this table per part; these are
+# the sums).
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (186, 206),
-    "lowprec_attention": (34, 57),
-    "lowprec_attention/projections-calm": (8, 9),  # q/k jumped with the collapse, the projections did not
-    "high_lr/step-size": (26, 27),  # no collapse: the step size (or the second-order term) grew
-    "high_lr/jump": (40, 41),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
-    "high_lr/rise": (5, 5),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
-    "high_lr/step-size-first": (7, 12),  # the step size grew well before a collapse
-    "high_lr/logits": (0, 0),  # no collapse, only attention logits grew (not taken on these parts)
-    "combined/together": (10, 14),  # a collapse with the step size growing in two or more series
-    "combined/step-size-first": (14, 17),  # the step size grew just before a collapse
+    "healthy": (249, 279),
+    "lowprec_attention": (43, 71),
+    "lowprec_attention/projections-calm": (9, 9),  # q/k jumped with the collapse, the projections did not
+    "high_lr/step-size": (31, 32),  # no collapse: the step size (or the second-order term) grew
+    "high_lr/jump": (53, 55),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "high_lr/rise": (6, 6),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
+    "high_lr/step-size-first": (11, 18),  # the step size grew well before a collapse
+    "high_lr/logits": (1, 1),  # no collapse, only attention logits grew
+    "combined/together": (13, 17),  # a collapse with the step size growing in two or more series
+    "combined/step-size-first": (17, 21),  # the step size grew just before a collapse
+    "combined/jump": (6, 6),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
 }
 
 
@@ -71,6 +74,7 @@ def classify(
     horizon: int | None = None,
     proj_broad: np.ndarray | None = None,
     uncounted: list[Alarm] | None = None,
+    model_jump: ModelJump | None = None,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
@@ -82,8 +86,10 @@ def classify(
     1/0, NaN unread; None where the run has none to read; NaN after the horizon).
     ``uncounted``: the alarms of a whole-model step-size jump the jump rule did not count
     (``Detection.uncounted``): reported as ``uncounted_jump`` where it came before the horizon,
-    never part of the decision."""
-    verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad)
+    never part of the decision.  ``model_jump``: per scored point, the one-checkpoint whole-model
+    step-size jump (``detect.model_jump``; factor NaN unread or after the horizon; None: nothing to
+    read)."""
+    verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump)
     note = uncounted_jump(uncounted or [], n_layers, horizon)
     if note is not None:
         verdict["uncounted_jump"] = note
@@ -122,6 +128,7 @@ def _verdict(
     coverage: dict | None,
     horizon: int | None,
     proj_broad: np.ndarray | None,
+    model_jump: ModelJump | None = None,
 ) -> dict:
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
@@ -167,7 +174,9 @@ def _verdict(
     # the class is read from what moved before the loss diverged (after it, everything moves);
     # without such alarms, from all of them
     decisive = [a for a in alarms if horizon is None or a.trigger_step <= horizon] or alarms
-    fault, path, reason, window = _signature(decisive, n_layers, proj_broad)
+    fault, path, reason, window, since = _signature(decisive, n_layers, proj_broad, model_jump)
+    if since is not None:  # evidence that is not an alarm (``combined/jump``): the run is off since it
+        earliest = min(cast(int, earliest), since)
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
     confirmed = min((a.confirmed_step for a in alarms if a.confirmed_step is not None), default=None)
@@ -202,9 +211,27 @@ def _projections_calm(proj_broad: np.ndarray | None, s0: int) -> bool:
     return bool(np.isfinite(around).any()) and not bool((around == 1).any())
 
 
+def jump_with(model_jump: ModelJump | None, s0: int) -> tuple[float, int] | None:
+    """(factor, step) of the largest one-checkpoint whole-model step-size jump
+    (``detect.model_jump``) at the collapse's point ``s0`` or within ``DECISION_WINDOW`` points
+    before it (None: none read there).  After the collapse, not read: a collapsing layer moves.
+    ``combined/jump`` where the factor reaches ``COLLAPSE_JUMP``."""
+    if model_jump is None:
+        return None
+    lo = max(0, s0 - DECISION_WINDOW)
+    around = model_jump.factor[lo : s0 + 1]
+    if not np.isfinite(around).any():
+        return None
+    p = lo + int(np.nanargmax(around))
+    return float(model_jump.factor[p]), int(model_jump.step[p])
+
+
 def _signature(
-    alarms: list[Alarm], n_layers: int, proj_broad: np.ndarray | None = None
-) -> tuple[str, str, str, list[Alarm]]:
+    alarms: list[Alarm],
+    n_layers: int,
+    proj_broad: np.ndarray | None = None,
+    model_jump: ModelJump | None = None,
+) -> tuple[str, str, str, list[Alarm], int | None]:
     """(fault class, decision path, reason, the alarms that decided) from the alarms, in trigger
     order.
 
@@ -216,7 +243,9 @@ def _signature(
       the step size grow before the collapse), provided the output projections' step size was off
       across layers within the window as well (or moved: a ``jump`` or ``rise`` alarm there), where they are
       read (``proj_broad``, per point; the fault leaves them alone):
-      ``lowprec_attention/projections-calm`` otherwise; else
+      ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
+      jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
+      collapse or within the window before it (``model_jump``): ``combined/jump``; else
       ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/step-size``
@@ -241,6 +270,7 @@ def _signature(
                     f"before any D2-entropy collapse (the collapse followed it)"
                 ),
                 window,
+                None,
             )
         window = [a for a in alarms if a.index <= s0 + DECISION_WINDOW]
         near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
@@ -253,7 +283,10 @@ def _signature(
         # a step-size jump or rise (``detect.jump_alarms``, ``rise_alarms``) is the output
         # projections' step size moving too
         jump_near = any(a.test in ("jump", "rise") for a in growth if a.index <= s0 + DECISION_WINDOW)
-        if why is not None and not jump_near and _projections_calm(proj_broad, s0):
+        spike = jump_with(model_jump, s0)  # the whole model's step size jumped at one checkpoint
+        if spike is not None and not spike[0] >= COLLAPSE_JUMP:
+            spike = None
+        if why is not None and not jump_near and spike is None and _projections_calm(proj_broad, s0):
             return (
                 "lowprec_attention",
                 "lowprec_attention/projections-calm",
@@ -263,6 +296,21 @@ def _signature(
                     f"layers (the low-precision fault moves q/k only)"
                 ),
                 window,
+                None,
+            )
+        if why is None and spike is not None:
+            factor, at = spike
+            return (
+                "combined",
+                "combined/jump",
+                (
+                    f"D2 spectral entropy collapsed in {len(heads)} head(s) of layer(s) {collapsed}, and at "
+                    f"step {at}, with it or just before, the whole model's step size jumped x{factor:.1f}, "
+                    f"the attention q/k updates and the output projections together (a step size the "
+                    f"low-precision fault cannot make)"
+                ),
+                window,
+                at,
             )
         if why is None:
             return (
@@ -273,6 +321,7 @@ def _signature(
                     f"step size did not grow across layers"
                 ),
                 window,
+                None,
             )
         assert u0 is not None  # ``why`` is set only where the step size grew
         path = "combined/step-size-first" if u0 < s0 else "combined/together"
@@ -284,6 +333,7 @@ def _signature(
                 f"and {why} (a step size the low-precision fault cannot make)"
             ),
             window,
+            None,
         )
     first = alarms[0]
     window = [a for a in alarms if a.index <= first.index + DECISION_WINDOW]
@@ -301,6 +351,7 @@ def _signature(
                 f"q/k updates and the output projections together, with no D2 entropy collapse first"
             ),
             window,
+            None,
         )
     rose = [a for a in lr if a.test == "rise"]
     if rose and min(a.index for a in rose) == first.index:  # a slow rise among the first alarms
@@ -314,6 +365,7 @@ def _signature(
                 f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
             ),
             window,
+            None,
         )
     if lr:
         return (
@@ -324,6 +376,7 @@ def _signature(
                 f"({', '.join(sorted({a.block for a in lr}))}) with no D2 entropy collapse first"
             ),
             window,
+            None,
         )
     # only attention logits grew (||M||), the classic sign of a too-large step (attention logit
     # growth), which the low-precision fault brings only with or after the collapse of D2
@@ -335,6 +388,7 @@ def _signature(
             f"with no D2 entropy collapse first and no step-size alarm"
         ),
         window,
+        None,
     )
 
 

@@ -34,7 +34,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    warm-up rises gradually, a restart returns to a level already seen, and the low-precision
    fault leaves the output projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
    settled high (``above_settled``).  A jump that stays below it is reported, never counted
-   (``uncounted_jump``).
+   (``uncounted_jump``).  One checkpoint of such a jump (``model_jump``) is evidence for the
+   classifier next to a collapse, never an alarm.
 6. *A collapse read by its depth* (``depth_alarms``), on the checkpoints: a head's D2 entropy
    below ``depth`` of its settled level (the median of its first values examined) ``persist``
    checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
@@ -687,6 +688,49 @@ def jump_alarms(
     return []
 
 
+COLLAPSE_JUMP = 1.4  # a one-checkpoint whole-model jump this large near a collapse: the LR moved too
+
+
+class ModelJump(NamedTuple):
+    """``model_jump``'s reading, per scored point."""
+
+    factor: np.ndarray  # [points] the jump factor; NaN where nothing is read
+    step: np.ndarray  # [points] the checkpoint (step) it was read at; -1 where nothing is
+
+
+def model_jump(timeline, point_of=None, detectors: Sequence[Detector] = DETECTORS) -> ModelJump | None:
+    """Per scored point, the largest factor by which the whole model's step size stood above its
+    level just before (``_level_before``) at one of the point's checkpoints, and that checkpoint's
+    step: read as the jump rule reads it but at that checkpoint alone, the attention step size and
+    the output projections' both (the smaller of the two factors), in ``JUMP_LAYERS`` of the layers
+    where both are read (two where two or more are); the factor is the one that many layers reach.
+    None where the layout names no output projection.  Evidence for the classifier, never an alarm:
+    next to a D2-entropy collapse, a step size that jumped in every layer, the output projections
+    too, is the LR moving with the fault (the low-precision fault moves the collapsing layers' q/k
+    only).  Alone, one checkpoint proves nothing (``jump_alarms`` asks for two, or for the next one
+    still above).  ``point_of``: checkpoint index -> point."""
+    g, go = _model_steps(timeline, detectors)
+    if not np.isfinite(go).any():
+        return None
+    n = g.shape[0]
+    steps = np.asarray(timeline.steps)
+    point_of = np.arange(n) if point_of is None else np.asarray(point_of)
+    points = int(point_of.max()) + 1 if n else 0
+    factor, at = np.full(points, np.nan), np.full(points, -1, dtype=np.int64)
+    for i in range(3, n):
+        with np.errstate(invalid="ignore"):
+            idx = np.array([i])
+            f = np.minimum(g[i] - _level_before(g, idx)[0], go[i] - _level_before(go, idx)[0])
+        f = np.sort(f[np.isfinite(f)])[::-1]
+        if len(f) == 0:
+            continue
+        k = max(min(2, len(f)), int(np.ceil(JUMP_LAYERS * len(f))))
+        p, x = int(point_of[i]), float(np.exp(f[k - 1]))
+        if not x <= factor[p]:  # the first, or larger (NaN compares False)
+            factor[p], at[p] = x, int(steps[i])
+    return ModelJump(factor, at)
+
+
 RISE_SPAN = 2.0  # the rise rule's reference lies this many settling times back (the last layer's)
 RISE_DIP = 1.5  # ... and no value since two such spans before stood this far below it (a restart)
 RISE_GRADUAL = 0.5  # ... and no one save interval carried more than this share of the rise (a jump)
@@ -1018,6 +1062,8 @@ class Detection:
     # a whole-model step-size jump the jump rule did not count (``uncounted_jump``): its alarms,
     # one per layer that jumped, never alarms of the run; empty where there is none
     uncounted: list[Alarm] = dataclasses.field(default_factory=list)
+    # per point, the one-checkpoint whole-model step-size jump (``model_jump``); None: unread
+    model_jump: ModelJump | None = None
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -1184,6 +1230,7 @@ def run_detection(
         {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()},
         _proj_broad(cols, params) if reference is None else None,  # its own history only
         uncounted,
+        model_jump(fine, block, detectors) if reference is None else None,
     )
 
 

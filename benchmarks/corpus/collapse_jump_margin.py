@@ -1,0 +1,75 @@
+"""How far the whole model's step size jumped at one checkpoint next to a collapse, per run: the
+margin the ``combined/jump`` path (``classify.COLLAPSE_JUMP``) sits in.
+
+    python benchmarks/corpus/collapse_jump_margin.py --ana /work/corpus-ana/final /work/corpus-ana/holdout3
+
+For every analysed run with an ``eval.json`` row beside it (``score.py`` writes both) whose
+deciding alarms hold a D2-entropy collapse (the classifier's ``s0``: the first structure alarm
+triggered before the loss diverged, or of all where none was): the largest one-checkpoint
+whole-model jump (``detect.model_jump``, unread after the divergence) at the collapse's point or
+within ``classify.DECISION_WINDOW`` points before it (``classify.jump_with``). Prints, per true
+class, the runs read and how many reach ``COLLAPSE_JUMP``, and the largest factor among the
+low-precision runs (how far they stay below it). Reads only the stored timelines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def jump_at_collapse(result) -> float | None:
+    """The largest one-checkpoint whole-model jump factor next to the run's deciding collapse
+    (None: no collapse decides, or nothing read there)."""
+    from ckptscan.judge import classify, detect
+
+    det = detect.run_detection(result.timeline)
+    div = (result.summary.get("loss") or {}).get("divergence_step")
+    horizon = det.point_at_or_after(div)
+    decisive = [a for a in det.alarms if horizon is None or a.trigger_step <= horizon] or det.alarms
+    structure = [a.index for a in decisive if a.role == "structure"]
+    mj = det.model_jump
+    if not structure or mj is None:
+        return None
+    if horizon is not None and det.point_steps is not None:  # after the divergence everything moves
+        mj = mj._replace(factor=np.where(np.asarray(det.point_steps) > horizon, np.nan, mj.factor))
+    read = classify.jump_with(mj, min(structure))
+    return None if read is None else read[0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
+    ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    args = ap.parse_args(argv)
+    from ckptscan.api import load_result
+    from ckptscan.judge.classify import COLLAPSE_JUMP
+
+    read: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for root in args.ana:
+        for row in json.loads((root / args.eval).read_text())["rows"]:
+            factor = jump_at_collapse(load_result(root / row["run"]))
+            if factor is not None:
+                read[row["truth"]].append((factor, row["run"]))
+    for truth in sorted(read):
+        hits = sum(f >= COLLAPSE_JUMP for f, _ in read[truth])
+        print(
+            f"{truth}: runs with a deciding collapse: {len(read[truth])}; reaching x{COLLAPSE_JUMP}: {hits}"
+        )
+    low = read.get("lowprec_attention")
+    if low:
+        top = max(low)
+        print(f"largest among low-precision runs: x{top[0]:.2f} ({top[1]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
