@@ -8,7 +8,7 @@ from typing import cast
 
 import numpy as np
 
-from ckptscan.judge import classify, detect
+from ckptscan.judge import classify, detect, verdict
 from ckptscan.judge.verdict import judge
 from ckptscan.store.timeline import Timeline
 
@@ -1197,8 +1197,8 @@ def test_a_rise_among_the_first_alarms_is_high_lr_rise_unless_a_jump_is():
 def test_model_jump_against_a_hand_computation():
     """Per checkpoint from the fourth on: per layer, the smaller of the q/k and the projections'
     rise over their level just before (``_level_before``), then the value that three quarters of
-    the layers reach (two of them at least); NaN where nothing is read; per point, the largest of
-    its checkpoints', with that checkpoint's step; None without projections."""
+    the layers reach (two of them at least); NaN where nothing is read or where the save intervals
+    it spans are uneven; each checkpoint's point; None without projections."""
     steps = np.arange(1, 9) * 100
     qk = np.ones((8, 3, 1))
     qk[5] = [[2.0], [3.0], [1.5]]  # checkpoint 5: x2, x3, x1.5 over a flat level of 1
@@ -1206,17 +1206,19 @@ def test_model_jump_against_a_hand_computation():
     out[5] = [[2.5], [1.8], [4.0]]
     s = {"attn.q.update_ratio": qk, "attn.k.update_ratio": qk.copy(), "out.update_ratio": out}
     mj = detect.model_jump(Timeline.from_arrays(steps, s))
-    assert mj is not None and np.isnan(mj.factor[:3]).all() and (mj.step[:3] == -1).all()
+    assert mj is not None and np.isnan(mj.factor[:3]).all()
     np.testing.assert_allclose(mj.factor[[3, 4]], 1.0)  # flat
     assert (mj.factor[6:] < 1).all()  # after it: read against the jump's level (a fall)
     # per layer min(q/k, out): 2.0, 1.8, 1.5; three quarters of 3 layers -> the 3rd largest
     np.testing.assert_allclose(mj.factor[5], 1.5)
-    assert list(mj.step[3:]) == list(steps[3:])
-    # in blocks of two checkpoints: the larger of the block's, and where it was read
-    mj2 = detect.model_jump(Timeline.from_arrays(steps, s), np.arange(8) // 2)
-    assert mj2 is not None and len(mj2.factor) == 4 and np.isnan(mj2.factor[0])
-    np.testing.assert_allclose(mj2.factor[2], 1.5)
-    assert mj2.step[2] == steps[5] and mj2.step[1] in (steps[2], steps[3])
+    assert list(mj.step) == list(steps) and list(mj.point) == list(range(8))
+    mj2 = detect.model_jump(Timeline.from_arrays(steps, s), np.arange(8) // 2)  # in blocks of two
+    assert mj2 is not None and list(mj2.point) == [0, 0, 1, 1, 2, 2, 3, 3]
+    np.testing.assert_allclose(mj2.factor, mj.factor)
+    uneven = steps.copy()
+    uneven[5:] += 100  # the interval ending at checkpoint 5 is twice as long
+    mj3 = detect.model_jump(Timeline.from_arrays(uneven, s))
+    assert mj3 is not None and np.isnan(mj3.factor[5:9]).all() and np.isfinite(mj3.factor[3:5]).all()
     s["out.update_ratio"][:, 2] = np.nan  # two layers read: both -> the 2nd largest of 2.0, 1.8
     mj = detect.model_jump(Timeline.from_arrays(steps, s))
     assert mj is not None
@@ -1245,7 +1247,8 @@ def test_a_whole_model_jump_at_the_collapse_is_combined(tmp_path, monkeypatch):
     output projections in both layers: no step-size alarm (one checkpoint), so the rules before
     ``model_jump`` called it ``lowprec_attention``.  The jump is a step size the low-precision
     fault cannot make: ``combined/jump``, dated from the jump where it came first.  Not where only
-    the collapsing layer's projection moved, the jump is small, or it came after the collapse."""
+    the collapsing layer's projection moved, the jump is small, it came after the collapse or more
+    than 2 points before it."""
     for seed in range(4):
         s = _collapse_with_model_spike(seed)
         v = judge(tmp_path, tl(s), [])["verdict"]
@@ -1257,10 +1260,40 @@ def test_a_whole_model_jump_at_the_collapse_is_combined(tmp_path, monkeypatch):
         # two points before: the run is off since the jump, the evidence the class rests on
         v = judge(tmp_path, tl(_collapse_with_model_spike(seed, at=8)), [])["verdict"]
         assert (v["decision"], v["earliest_step"]) == ("combined/jump", STEPS[8]), seed
-        for kw in ({"out_layers": (1,)}, {"factor": 1.3}, {"at": 11}):
+        for kw in ({"out_layers": (1,)}, {"factor": 1.3}, {"at": 11}, {"at": 7}):
             v = judge(tmp_path, tl(_collapse_with_model_spike(seed, **kw)), [])["verdict"]
             assert v["fault_type"] == "lowprec_attention", (seed, kw, v["decision"])
-    monkeypatch.setattr(classify, "COLLAPSE_JUMP", float("inf"))  # the rules before
-    for seed in range(4):
-        v = judge(tmp_path, tl(_collapse_with_model_spike(seed)), [])["verdict"]
-        assert v["fault_type"] == "lowprec_attention", (seed, v["decision"])
+            assert v["earliest_step"] == STEPS[10], (seed, kw)
+        # the threshold decides: just above the factor read, the rules before
+        monkeypatch.setattr(classify, "COLLAPSE_JUMP", factor * 1.01)
+        assert judge(tmp_path, tl(s), [])["verdict"]["fault_type"] == "lowprec_attention", seed
+        monkeypatch.setattr(classify, "COLLAPSE_JUMP", factor * 0.99)
+        assert judge(tmp_path, tl(s), [])["verdict"]["decision"] == "combined/jump", seed
+        monkeypatch.undo()
+
+
+def test_a_jump_at_or_after_the_divergence_or_the_collapse_is_not_read():
+    """``verdict.jump_before`` leaves the checkpoints before the divergence step only; the
+    classifier reads the checkpoints of the collapse's point and the two before it, up to the
+    collapse's trigger step (in blocks, a block's later checkpoints come after it)."""
+    s = _collapse_with_model_spike(0)
+    det = detect.run_detection(tl(s))
+    mj = cast(detect.ModelJump, det.model_jump)
+    collapse = classify.collapse_at(det.alarms)
+    assert collapse == (10, STEPS[10])
+    assert classify.jump_with(mj, *collapse) == (mj.factor[10], STEPS[10])
+    assert classify.jump_with(verdict.jump_before(det, int(STEPS[10])), *collapse)[1] < STEPS[10]
+    assert verdict.jump_before(det, None) is mj
+    masked = cast(detect.ModelJump, verdict.jump_before(det, int(STEPS[10]) + 1))
+    assert np.isnan(masked.factor[11:]).all() and masked.factor[10] == mj.factor[10]
+    v = classify.classify(det.alarms, [], L, STEPS, model_jump=verdict.jump_before(det, int(STEPS[10])))
+    assert v["fault_type"] == "lowprec_attention"
+    # the same checkpoints in blocks of two (points 4 and 5 hold checkpoints 8-11): read up to the
+    # trigger step only
+    blocks = mj._replace(point=np.arange(len(STEPS)) // 2)
+    assert classify.jump_with(blocks, 5, int(STEPS[10]))[1] == STEPS[10]
+    late = mj._replace(
+        point=np.arange(len(STEPS)) // 2, factor=np.where(np.arange(len(STEPS)) == 11, 9.0, mj.factor)
+    )
+    assert classify.jump_with(late, 5, int(STEPS[10]))[1] == STEPS[10]  # checkpoint 11 comes after it
+    assert classify.jump_with(late, 5, int(STEPS[11]))[1] == STEPS[11]

@@ -6,10 +6,13 @@ margin the ``combined/jump`` path (``classify.COLLAPSE_JUMP``) sits in.
 For every analysed run with an ``eval.json`` row beside it (``score.py`` writes both) whose
 deciding alarms hold a D2-entropy collapse (the classifier's ``s0``: the first structure alarm
 triggered before the loss diverged, or of all where none was): the largest one-checkpoint
-whole-model jump (``detect.model_jump``, unread after the divergence) at the collapse's point or
-within ``classify.DECISION_WINDOW`` points before it (``classify.jump_with``). Prints, per true
-class, the runs read and how many reach ``COLLAPSE_JUMP``, and the largest factor among the
-low-precision runs (how far they stay below it). Reads only the stored timelines.
+whole-model jump (``detect.model_jump``, unread at and after the divergence step) at the
+collapse's point or within ``classify.DECISION_WINDOW`` points before it, up to its trigger
+(``classify.jump_with``). Prints, per true class, the runs read and how many reach
+``COLLAPSE_JUMP``, and the largest factor among the low-precision runs (how far they stay below
+it). A run counted here may take another path (the step size grew before the collapse, or with
+it): these are the runs the reading is taken on, not those it changes. Default ``Params`` (what
+``score.py`` analyses with). Reads only the stored timelines.
 """
 
 from __future__ import annotations
@@ -20,28 +23,21 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
 def jump_at_collapse(result) -> float | None:
-    """The largest one-checkpoint whole-model jump factor next to the run's deciding collapse
-    (None: no collapse decides, or nothing read there)."""
-    from ckptscan.judge import classify, detect
+    """The largest one-checkpoint whole-model jump factor next to the run's deciding collapse, read
+    as the classifier reads it (None: no collapse decides, or nothing read there)."""
+    from ckptscan.judge import classify, detect, verdict
 
     det = detect.run_detection(result.timeline)
     div = (result.summary.get("loss") or {}).get("divergence_step")
-    horizon = det.point_at_or_after(div)
-    decisive = [a for a in det.alarms if horizon is None or a.trigger_step <= horizon] or det.alarms
-    structure = [a.index for a in decisive if a.role == "structure"]
-    mj = det.model_jump
-    if not structure or mj is None:
+    collapse = classify.collapse_at(classify.decisive(det.alarms, det.point_at_or_after(div)))
+    if collapse is None:
         return None
-    if horizon is not None and det.point_steps is not None:  # after the divergence everything moves
-        mj = mj._replace(factor=np.where(np.asarray(det.point_steps) > horizon, np.nan, mj.factor))
-    read = classify.jump_with(mj, min(structure))
+    read = classify.jump_with(verdict.jump_before(det, div), *collapse)
     return None if read is None else read[0]
 
 

@@ -86,9 +86,9 @@ def classify(
     1/0, NaN unread; None where the run has none to read; NaN after the horizon).
     ``uncounted``: the alarms of a whole-model step-size jump the jump rule did not count
     (``Detection.uncounted``): reported as ``uncounted_jump`` where it came before the horizon,
-    never part of the decision.  ``model_jump``: per scored point, the one-checkpoint whole-model
-    step-size jump (``detect.model_jump``; factor NaN unread or after the horizon; None: nothing to
-    read)."""
+    never part of the decision.  ``model_jump``: per checkpoint, the one-checkpoint whole-model
+    step-size jump (``detect.model_jump``; factor NaN unread or at/after the divergence; None:
+    nothing to read)."""
     verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump)
     note = uncounted_jump(uncounted or [], n_layers, horizon)
     if note is not None:
@@ -173,8 +173,9 @@ def _verdict(
 
     # the class is read from what moved before the loss diverged (after it, everything moves);
     # without such alarms, from all of them
-    decisive = [a for a in alarms if horizon is None or a.trigger_step <= horizon] or alarms
-    fault, path, reason, window, since = _signature(decisive, n_layers, proj_broad, model_jump)
+    fault, path, reason, window, since = _signature(
+        decisive(alarms, horizon), n_layers, proj_broad, model_jump
+    )
     if since is not None:  # evidence that is not an alarm (``combined/jump``): the run is off since it
         earliest = min(cast(int, earliest), since)
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
@@ -196,6 +197,22 @@ def _verdict(
     return out
 
 
+def decisive(alarms: list[Alarm], horizon: int | None) -> list[Alarm]:
+    """The alarms the class is read from: those triggered at or before ``horizon`` (the point that
+    holds the divergence), all of them where none was."""
+    return [a for a in alarms if horizon is None or a.trigger_step <= horizon] or alarms
+
+
+def collapse_at(alarms: list[Alarm]) -> tuple[int, int] | None:
+    """(point, trigger step) of the first D2-entropy collapse (structure alarm) among ``alarms``;
+    None where there is none."""
+    structure = [a for a in alarms if a.role == "structure"]
+    if not structure:
+        return None
+    s0 = min(a.index for a in structure)
+    return s0, min(a.trigger_step for a in structure if a.index == s0)
+
+
 def _is_attention_step(a: Alarm) -> bool:
     return a.role == "step_size" and a.block.startswith("attn")
 
@@ -211,19 +228,20 @@ def _projections_calm(proj_broad: np.ndarray | None, s0: int) -> bool:
     return bool(np.isfinite(around).any()) and not bool((around == 1).any())
 
 
-def jump_with(model_jump: ModelJump | None, s0: int) -> tuple[float, int] | None:
+def jump_with(model_jump: ModelJump | None, s0: int, until: int) -> tuple[float, int] | None:
     """(factor, step) of the largest one-checkpoint whole-model step-size jump
-    (``detect.model_jump``) at the collapse's point ``s0`` or within ``DECISION_WINDOW`` points
-    before it (None: none read there).  After the collapse, not read: a collapsing layer moves.
-    ``combined/jump`` where the factor reaches ``COLLAPSE_JUMP``."""
+    (``detect.model_jump``) at the checkpoints of the collapse's point ``s0`` and of the
+    ``DECISION_WINDOW`` points before it, up to the collapse's trigger step ``until`` (None: none
+    read there).  After the collapse, not read: a collapsing layer moves.  ``combined/jump`` where
+    the factor reaches ``COLLAPSE_JUMP``."""
     if model_jump is None:
         return None
-    lo = max(0, s0 - DECISION_WINDOW)
-    around = model_jump.factor[lo : s0 + 1]
-    if not np.isfinite(around).any():
+    near = (model_jump.point >= s0 - DECISION_WINDOW) & (model_jump.point <= s0) & (model_jump.step <= until)
+    read = np.flatnonzero(near & np.isfinite(model_jump.factor))
+    if not len(read):
         return None
-    p = lo + int(np.nanargmax(around))
-    return float(model_jump.factor[p]), int(model_jump.step[p])
+    i = read[int(np.argmax(model_jump.factor[read]))]
+    return float(model_jump.factor[i]), int(model_jump.step[i])
 
 
 def _signature(
@@ -283,7 +301,8 @@ def _signature(
         # a step-size jump or rise (``detect.jump_alarms``, ``rise_alarms``) is the output
         # projections' step size moving too
         jump_near = any(a.test in ("jump", "rise") for a in growth if a.index <= s0 + DECISION_WINDOW)
-        spike = jump_with(model_jump, s0)  # the whole model's step size jumped at one checkpoint
+        # the whole model's step size jumped at one checkpoint, at or just before the collapse
+        spike = jump_with(model_jump, *cast(tuple[int, int], collapse_at(structure)))
         if spike is not None and not spike[0] >= COLLAPSE_JUMP:
             spike = None
         if why is not None and not jump_near and spike is None and _projections_calm(proj_broad, s0):

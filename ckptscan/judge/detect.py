@@ -469,6 +469,12 @@ JUMP_LAYERS = (
 )
 
 
+def _layers_needed(n_read: int) -> int:
+    """Of ``n_read`` layers read, how many a whole-model rule needs: ``JUMP_LAYERS`` of them, and two
+    where two or more are read."""
+    return max(min(2, n_read), int(np.ceil(JUMP_LAYERS * n_read)))
+
+
 def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
     two checkpoints before and the last value carried along its own last rise (a warm-up rises,
@@ -680,7 +686,7 @@ def jump_alarms(
         read |= np.isfinite(qk)
     for i in range(len(steps) - 1):
         n_read = int(read[i].sum())  # layers whose step size is read at i
-        if n_read == 0 or jumped[i].sum() < max(min(2, n_read), int(np.ceil(JUMP_LAYERS * n_read))):
+        if n_read == 0 or jumped[i].sum() < _layers_needed(n_read):
             continue
         last = i + int(ahead[i][jumped[i]].max())  # the checkpoint that completes the evidence
         layers = np.flatnonzero(jumped[i]).tolist()
@@ -692,43 +698,44 @@ COLLAPSE_JUMP = 1.4  # a one-checkpoint whole-model jump this large near a colla
 
 
 class ModelJump(NamedTuple):
-    """``model_jump``'s reading, per scored point."""
+    """``model_jump``'s reading, per checkpoint."""
 
-    factor: np.ndarray  # [points] the jump factor; NaN where nothing is read
-    step: np.ndarray  # [points] the checkpoint (step) it was read at; -1 where nothing is
+    factor: np.ndarray  # [N] the jump factor; NaN where nothing is read
+    step: np.ndarray  # [N] the checkpoint's step
+    point: np.ndarray  # [N] the scored point (block) the checkpoint falls in
 
 
 def model_jump(timeline, point_of=None, detectors: Sequence[Detector] = DETECTORS) -> ModelJump | None:
-    """Per scored point, the largest factor by which the whole model's step size stood above its
-    level just before (``_level_before``) at one of the point's checkpoints, and that checkpoint's
-    step: read as the jump rule reads it but at that checkpoint alone, the attention step size and
-    the output projections' both (the smaller of the two factors), in ``JUMP_LAYERS`` of the layers
-    where both are read (two where two or more are); the factor is the one that many layers reach.
-    None where the layout names no output projection.  Evidence for the classifier, never an alarm:
-    next to a D2-entropy collapse, a step size that jumped in every layer, the output projections
-    too, is the LR moving with the fault (the low-precision fault moves the collapsing layers' q/k
-    only).  Alone, one checkpoint proves nothing (``jump_alarms`` asks for two, or for the next one
-    still above).  ``point_of``: checkpoint index -> point."""
+    """Per checkpoint, the factor by which the whole model's step size stood above its level just
+    before (``_level_before``) at that checkpoint alone: the jump rule's one-checkpoint ``spike``
+    read without its next checkpoint and its settled high: the attention step size and the output
+    projections' both (per layer the smaller of the two factors), the factor that
+    ``_layers_needed`` of the layers where both are read reach; read only where the save intervals
+    it spans are even (``_evenly_saved``: an update ratio is not scaled by the interval, so one
+    longer interval raises every layer at once).  NaN where not read; None where the layout names
+    no output projection.  Evidence for the classifier, never an alarm: next to a D2-entropy
+    collapse, a step size that jumped in every layer, the output projections too, is the LR moving
+    with the fault (the low-precision fault moves the collapsing layers' q/k only).  Alone, one
+    checkpoint proves nothing (``jump_alarms`` asks for two, or for the next one still above).
+    ``point_of``: checkpoint index -> point."""
     g, go = _model_steps(timeline, detectors)
     if not np.isfinite(go).any():
         return None
     n = g.shape[0]
-    steps = np.asarray(timeline.steps)
-    point_of = np.arange(n) if point_of is None else np.asarray(point_of)
-    points = int(point_of.max()) + 1 if n else 0
-    factor, at = np.full(points, np.nan), np.full(points, -1, dtype=np.int64)
+    steps = np.asarray(timeline.steps, dtype=np.int64)
+    point = np.arange(n) if point_of is None else np.asarray(point_of)
+    factor = np.full(n, np.nan)
+    even = _evenly_saved(steps, 0)
     for i in range(3, n):
+        if not even[i]:
+            continue
         with np.errstate(invalid="ignore"):
             idx = np.array([i])
             f = np.minimum(g[i] - _level_before(g, idx)[0], go[i] - _level_before(go, idx)[0])
         f = np.sort(f[np.isfinite(f)])[::-1]
-        if len(f) == 0:
-            continue
-        k = max(min(2, len(f)), int(np.ceil(JUMP_LAYERS * len(f))))
-        p, x = int(point_of[i]), float(np.exp(f[k - 1]))
-        if not x <= factor[p]:  # the first, or larger (NaN compares False)
-            factor[p], at[p] = x, int(steps[i])
-    return ModelJump(factor, at)
+        if len(f):
+            factor[i] = float(np.exp(f[_layers_needed(len(f)) - 1]))
+    return ModelJump(factor, steps, point)
 
 
 RISE_SPAN = 2.0  # the rise rule's reference lies this many settling times back (the last layer's)
@@ -802,7 +809,7 @@ def rise_levels(
             _slow_rise(g[:, layer], steps, s0, span, persist),
             _slow_rise(go[:, layer], steps, s0, span, persist),
         )
-    return rise, max(min(2, total), int(np.ceil(JUMP_LAYERS * total)))
+    return rise, _layers_needed(total)
 
 
 def rise_alarms(
@@ -1062,7 +1069,7 @@ class Detection:
     # a whole-model step-size jump the jump rule did not count (``uncounted_jump``): its alarms,
     # one per layer that jumped, never alarms of the run; empty where there is none
     uncounted: list[Alarm] = dataclasses.field(default_factory=list)
-    # per point, the one-checkpoint whole-model step-size jump (``model_jump``); None: unread
+    # per checkpoint, the one-checkpoint whole-model step-size jump (``model_jump``); None: unread
     model_jump: ModelJump | None = None
 
     def point_at_or_after(self, step: int | None) -> int | None:

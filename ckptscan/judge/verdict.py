@@ -88,8 +88,8 @@ def judge(
         timeline.steps,
         coverage,
         horizon=horizon,
-        proj_broad=_until(detection, detection.proj_broad, horizon),
-        model_jump=_jump_until(detection, horizon),
+        proj_broad=_until(detection, horizon),
+        model_jump=jump_before(detection, loss["divergence_step"]),
         # read on single checkpoints: before the divergence step itself, not its block's label
         uncounted=[
             a
@@ -132,16 +132,19 @@ def judge(
     return _clean(out)
 
 
-def _jump_until(detection: detect.Detection, horizon: int | None) -> detect.ModelJump | None:
-    """``detection.model_jump`` unread (NaN) after ``horizon`` (``_until``)."""
+def jump_before(detection: detect.Detection, divergence: int | None) -> detect.ModelJump | None:
+    """``detection.model_jump`` unread (NaN) at the checkpoints at or after the divergence step (it
+    is read on single checkpoints, like ``uncounted``): after it everything moves."""
     mj = detection.model_jump
-    return None if mj is None else mj._replace(factor=_until(detection, mj.factor, horizon))
+    if mj is None or divergence is None:
+        return mj
+    return mj._replace(factor=np.where(mj.step >= divergence, np.nan, mj.factor))
 
 
-def _until(detection: detect.Detection, per_point: np.ndarray | None, horizon: int | None):
-    """A per-point reading of ``detection`` (``proj_broad``, ``model_jump``) unread (NaN) after
-    ``horizon``, the point that holds the divergence: after it everything moves, the output
-    projections too."""
-    if per_point is None or horizon is None or detection.point_steps is None:
-        return per_point
-    return np.where(np.asarray(detection.point_steps) > horizon, np.nan, per_point)
+def _until(detection: detect.Detection, horizon: int | None):
+    """``detection.proj_broad`` unread (NaN) after ``horizon``, the point that holds the
+    divergence: after it everything moves, the output projections too."""
+    pb = detection.proj_broad
+    if pb is None or horizon is None or detection.point_steps is None:
+        return pb
+    return np.where(np.asarray(detection.point_steps) > horizon, np.nan, pb)
