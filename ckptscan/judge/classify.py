@@ -40,8 +40,8 @@ LR_ROLES = ("step_size", "second_order")
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
 # the corpus' final, holdout3, holdout4 and holdout5 parts (133 runs each), judged with the rules
-# that added ``combined/jump`` (``benchmarks/corpus/score.py`` prints this table per part; these are
-# the sums).
+# of 0ff10ea, which added ``combined/jump`` (``benchmarks/corpus/score.py`` prints this table per
+# part; these are the sums).
 CONFIDENCE: dict[str, tuple[int, int]] = {
     "healthy": (249, 279),
     "lowprec_attention": (43, 71),
@@ -272,8 +272,9 @@ def _signature(
     n_layers = max(1, n_layers)
     structure = [a for a in alarms if a.role == "structure"]
     growth = [a for a in alarms if a.role == "step_size"]  # broad by construction (detect._broad)
-    if structure:
-        s0 = min(a.index for a in structure)
+    collapse = collapse_at(structure)
+    if collapse is not None:
+        s0, until = collapse
         u0 = min((a.index for a in growth if _is_attention_step(a)), default=None)
         heads = {(a.layer, a.head) for a in structure if a.index <= s0 + DECISION_WINDOW}
         collapsed = sorted({layer for layer, _ in heads})
@@ -302,7 +303,7 @@ def _signature(
         # projections' step size moving too
         jump_near = any(a.test in ("jump", "rise") for a in growth if a.index <= s0 + DECISION_WINDOW)
         # the whole model's step size jumped at one checkpoint, at or just before the collapse
-        spike = jump_with(model_jump, *cast(tuple[int, int], collapse_at(structure)))
+        spike = jump_with(model_jump, s0, until)
         if spike is not None and not spike[0] >= COLLAPSE_JUMP:
             spike = None
         if why is not None and not jump_near and spike is None and _projections_calm(proj_broad, s0):

@@ -725,16 +725,13 @@ def model_jump(timeline, point_of=None, detectors: Sequence[Detector] = DETECTOR
     steps = np.asarray(timeline.steps, dtype=np.int64)
     point = np.arange(n) if point_of is None else np.asarray(point_of)
     factor = np.full(n, np.nan)
-    even = _evenly_saved(steps, 0)
-    for i in range(3, n):
-        if not even[i]:
-            continue
-        with np.errstate(invalid="ignore"):
-            idx = np.array([i])
-            f = np.minimum(g[i] - _level_before(g, idx)[0], go[i] - _level_before(go, idx)[0])
+    i = np.flatnonzero(_evenly_saved(steps, 0))  # from the fourth checkpoint on
+    with np.errstate(invalid="ignore"):
+        up = np.minimum(g[i] - _level_before(g, i), go[i] - _level_before(go, i))  # [len(i), L]
+    for row, f in zip(i, up, strict=True):
         f = np.sort(f[np.isfinite(f)])[::-1]
         if len(f):
-            factor[i] = float(np.exp(f[_layers_needed(len(f)) - 1]))
+            factor[row] = float(np.exp(f[_layers_needed(len(f)) - 1]))
     return ModelJump(factor, steps, point)
 
 
