@@ -155,8 +155,15 @@ def _fixture_weights(run: Path):
 def test_on_alarm_fires_on_a_fault_drill_as_offline_alarms(tmp_path):
     """The low-precision drill's checkpoints played through a live module: the online detector
     raises one alarm with the offline verdict's class and earliest step, and the points equal the
-    offline analysis (bf16 weights)."""
+    offline analysis (bf16 weights).  The training log grows with the run, as a live one does (a
+    log that already holds the divergence is an alarm of its own)."""
     run = FIXTURES / "lowprec-moe"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    log = tmp_path / "metrics.jsonl"
+
+    def log_until(step: int) -> None:
+        log.write_text("".join(json.dumps(r) + "\n" for r in records if r["step"] <= step))
+
     offline = analyze(run, out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
     assert offline.anomalous
     weights = _fixture_weights(run)
@@ -171,14 +178,17 @@ def test_on_alarm_fires_on_a_fault_drill_as_offline_alarms(tmp_path):
         detect_every=1,
         on_alarm=alarms.append,
         config=json.loads((run / "config.json").read_text()),
-        log_file=run / "metrics.jsonl",
+        log_file=log,
     )
+    log_until(first_step)
     mon.step(first_step)
     for step, tensors in weights:
         with torch.no_grad():
             for name, t in tensors.items():
                 params[name].copy_(t)
+        log_until(step)
         mon.step(step)
+    log_until(records[-1]["step"])
     live = mon.close()
     assert len(alarms) == 1
     a = alarms[0]

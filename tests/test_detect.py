@@ -743,15 +743,87 @@ def _fine_run_with_projections(seed, **kw):
 
 def test_jump_score_against_a_hand_computation():
     """At checkpoint i: min(g[i], g[i+1]) less the level before, max(g[i-1] + its last rise if
-    positive, g[i-2]); NaN where any of g[i-3..i+1] is undefined."""
+    positive, g[i-2]); NaN where any of g[i-2..i+1] is undefined (g[i-3] only tells a fall)."""
     g = np.log(np.array([1.0, 2.0, 3.0, 3.0, 9.0, 8.0, 8.0, np.nan, 8.0, 8.0, 8.0, 8.0, 8.0]))[:, None]
     j = detect.jump_score(g)[:, 0]
-    assert np.isnan(j[:3]).all() and np.isnan(j[-1])
+    assert np.isnan(j[:2]).all() and np.isnan(j[-1])
+    np.testing.assert_allclose(
+        j[2], np.log(3.0) - np.log(4.0)
+    )  # two values before: 2, its rise x2 carried on
     np.testing.assert_allclose(j[3], np.log(3.0) - np.log(4.5))  # still rising: 3 x 1.5 carried forward
     np.testing.assert_allclose(j[4], np.log(8.0) - np.log(3.0))  # 3 -> 9, then 8: x8/3 over 3
     np.testing.assert_allclose(j[5], np.log(8.0) - np.log(27.0))  # after the jump: its rise carried on
-    assert np.isnan(j[6:11]).all()  # a gap within i-3..i+1
+    assert np.isnan(j[6:10]).all()  # a gap within i-2..i+1
+    assert np.allclose(j[10], 0.0)  # two values after the gap: the level, no fall read
     assert np.isfinite(j[11]) and np.allclose(j[11], 0.0)  # flat: no jump
+
+
+def test_a_jump_at_the_third_update_ratio_is_read(tmp_path):
+    """Saves every 250 steps, the LR x3 from step 900: the checkpoint at step 1000 holds the third
+    update ratio (the first checkpoint has none).  The jump rule read a jump only with three values
+    before it (the fall test reads the third): this one went unread, the run was called healthy.
+    Two values before it give its level; the fall test is skipped where the third is missing."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)
+        j = 3  # step 1000
+        for name in _STEP_NAMES:
+            s[name][j:] *= 3.0
+        t = Timeline.from_arrays(steps, s)
+        g, go = detect._model_steps(t)
+        assert np.isfinite(detect.jump_score(g)[j]).all() and not np.isfinite(g[j - 3]).any()
+        without = judge(tmp_path, t, [], params=detect.Params(jump=0.0))["verdict"]
+        assert without["fault_type"] in ("healthy", "inconclusive"), (seed, without["decision"])
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", 1000), seed
+        calm = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)[1]
+        assert judge(tmp_path, Timeline.from_arrays(steps, calm), [])["verdict"]["fault_type"] != "high_lr"
+
+
+def _diverging_log(path, at: int, last: int = 2000) -> None:
+    """metrics.jsonl in ``path``: a loss that trains down from 3 nats, then from step ``at`` on
+    stands 2 nats above its best."""
+    rows = [
+        {"step": st, "loss": (3.0 - 0.5 * st / last if st < at else 4.5), "grad_norm": 1.0}
+        for st in range(1, last + 1)
+    ]
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+
+
+def test_a_loss_that_diverged_unseen_is_unknown_never_healthy(tmp_path):
+    """The monitors stay calm, and the training loss climbs 2 nats above its best at step 1500 (a
+    fault the monitors do not read, or one that began before the run settled).  The old rules
+    called such a run healthy (enough examined) or inconclusive (too little): it is anomalous, its
+    class unknown, dated at the divergence step, confidence 0.  A loss that does not diverge leaves
+    the verdict as it was, and so does the divergence where an alarm came."""
+    s = healthy(4)
+    quiet, loud = tmp_path / "quiet", tmp_path / "loud"
+    quiet.mkdir()
+    loud.mkdir()
+    assert judge(quiet, tl(s), [])["verdict"]["fault_type"] == "healthy"  # no log
+    _diverging_log(loud, 1500)
+    out = judge(loud, tl(s), [])
+    v, div = out["verdict"], out["loss"]["divergence_step"]
+    assert div is not None and 1500 <= div < 1520
+    assert (v["anomalous"], v["fault_type"], v["decision"], v["confidence"]) == (
+        True,
+        "unknown",
+        classify.LOSS_DIVERGED,
+        0.0,
+    )
+    assert v["earliest_step"] == v["confirmed_step"] == div and f"step {div}" in v["reason"]
+    assert out["lead_time_steps"] == 0
+    # the run's last 4 checkpoints only: inconclusive without the divergence, unknown with it
+    last = Timeline.from_arrays(STEPS[-4:], {k: x[-4:] for k, x in s.items()})
+    assert judge(quiet, last, [])["verdict"]["fault_type"] == "inconclusive"
+    v = judge(loud, Timeline.from_arrays(STEPS[-4:], {k: x[-4:] for k, x in s.items()}), [])["verdict"]
+    assert v["fault_type"] == "unknown" and v["anomalous"] and "too little was examined" in v["reason"]
+    # a collapse before the divergence decides as before
+    c = {k: x.copy() for k, x in s.items()}
+    c["attn.D2.entropy2"][8:, 1, 2] = 0.05
+    assert judge(loud, tl(c), [])["verdict"]["fault_type"] == "lowprec_attention"
+    # a loss that stays within a nat of its best is no divergence
+    _diverging_log(quiet, 10**6)
+    assert judge(quiet, tl(s), [])["verdict"]["fault_type"] == "healthy"
 
 
 def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):

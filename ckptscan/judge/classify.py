@@ -33,26 +33,32 @@ from typing import Any, cast
 import numpy as np
 
 from ckptscan.judge.detect import COLLAPSE_JUMP, Alarm, ModelJump
+from ckptscan.judge.faults import UNKNOWN
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 
 LR_ROLES = ("step_size", "second_order")
 
+LOSS_DIVERGED = (
+    "unknown/loss-diverged"  # the decision path of a loss that diverged unseen (``_loss_diverged``)
+)
+
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' final, holdout3, holdout4 and holdout5 parts (133 runs each), judged with the rules
-# of 0ff10ea, which added ``combined/jump`` (``benchmarks/corpus/score.py`` prints this table per
-# part; these are the sums).
+# the corpus' final, holdout3, holdout4, holdout5 and holdout6 parts (133 runs each), judged with
+# the rules that read a jump from the third update ratio on and made a loss that diverged unseen
+# anomalous (``benchmarks/corpus/score.py`` prints this table per part; these are the sums).
+# ``LOSS_DIVERGED`` names no class: its confidence is 0.
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (249, 279),
-    "lowprec_attention": (43, 71),
-    "lowprec_attention/projections-calm": (9, 9),  # q/k jumped with the collapse, the projections did not
-    "high_lr/step-size": (31, 32),  # no collapse: the step size (or the second-order term) grew
-    "high_lr/jump": (53, 55),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "healthy": (310, 340),
+    "lowprec_attention": (54, 87),
+    "lowprec_attention/projections-calm": (10, 10),  # q/k jumped with the collapse, the projections did not
+    "high_lr/step-size": (40, 41),  # no collapse: the step size (or the second-order term) grew
+    "high_lr/jump": (69, 71),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
     "high_lr/rise": (6, 6),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
-    "high_lr/step-size-first": (11, 18),  # the step size grew well before a collapse
-    "high_lr/logits": (1, 1),  # no collapse, only attention logits grew
-    "combined/together": (13, 17),  # a collapse with the step size growing in two or more series
-    "combined/step-size-first": (17, 21),  # the step size grew just before a collapse
+    "high_lr/step-size-first": (14, 23),  # the step size grew well before a collapse
+    "high_lr/logits": (3, 4),  # no collapse, only attention logits grew
+    "combined/together": (14, 18),  # a collapse with the step size growing in two or more series
+    "combined/step-size-first": (25, 29),  # the step size grew just before a collapse
     "combined/jump": (6, 6),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
 }
 
@@ -60,7 +66,9 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
 def confidence(path: str) -> float:
     """The share of verdicts taken along ``path`` that had the right class on the calibration runs
     (``CONFIDENCE``), with one right and one wrong verdict added (so that few runs give a cautious
-    number): (right + 1) / (runs + 2)."""
+    number): (right + 1) / (runs + 2); 0 for ``LOSS_DIVERGED``, which names no class."""
+    if path == LOSS_DIVERGED:
+        return 0.0
     right, runs = CONFIDENCE.get(path, (0, 0))
     return round((right + 1) / (runs + 2), 2)
 
@@ -75,6 +83,7 @@ def classify(
     proj_broad: np.ndarray | None = None,
     uncounted: list[Alarm] | None = None,
     model_jump: ModelJump | None = None,
+    divergence: int | None = None,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
@@ -88,8 +97,10 @@ def classify(
     (``Detection.uncounted``): reported as ``uncounted_jump`` where it came before the horizon,
     never part of the decision.  ``model_jump``: per checkpoint, the one-checkpoint whole-model
     step-size jump (``detect.model_jump``; factor NaN unread or at/after the divergence; None:
-    nothing to read)."""
-    verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump)
+    nothing to read).  ``divergence``: the step at which the training loss diverged
+    (``logs.divergence_step``; None: it did not, or there is no log): a run whose loss diverged is
+    never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``)."""
+    verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump, divergence)
     note = uncounted_jump(uncounted or [], n_layers, horizon)
     if note is not None:
         verdict["uncounted_jump"] = note
@@ -129,9 +140,12 @@ def _verdict(
     horizon: int | None,
     proj_broad: np.ndarray | None,
     model_jump: ModelJump | None = None,
+    divergence: int | None = None,
 ) -> dict:
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
+        if divergence is not None:
+            return _loss_diverged(divergence, coverage)
         if coverage is not None and coverage["missing"]:
             return {
                 "anomalous": False,
@@ -195,6 +209,30 @@ def _verdict(
     if first_over is not None:
         out["overflow"] = _overflow(first_over)
     return out
+
+
+def _loss_diverged(step: int, coverage: dict | None) -> dict:
+    """The verdict of a run whose training loss diverged at ``step`` while no monitor raised an
+    alarm and no weight went NaN/Inf: anomalous, its class ``unknown``, dated at that step.  The
+    loss left its best by a nat (or went NaN/Inf): whatever the monitors missed, the run is not
+    healthy, and an examination too short for a verdict does not make it less anomalous.  Its
+    confidence is 0: no class is named."""
+    missing = (coverage or {}).get("missing")
+    return {
+        "anomalous": True,
+        "earliest_step": int(step),
+        "confirmed_step": int(step),
+        "fault_type": UNKNOWN,
+        "confidence": confidence(LOSS_DIVERGED),
+        "decision": LOSS_DIVERGED,
+        "evidence": [],
+        "reason": (
+            f"the training loss diverged at step {step} with no monitor alarm and no NaN/Inf in "
+            "weights: the monitors did not read this fault (it may have begun before the run "
+            "settled), so its class is not known"
+            + (f"; too little was examined for a verdict from the monitors: {missing}" if missing else "")
+        ),
+    }
 
 
 def decisive(alarms: list[Alarm], horizon: int | None) -> list[Alarm]:

@@ -22,7 +22,7 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 4. *Alarms*: ``persist`` consecutive points with z > ``z``, dated at the first of them (the
    trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
    step size is off in enough layers (``_broad``).
-5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the fourth defined
+5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the third defined
    value on, settled or not: the step size of the attention q/k updates *and* of the output
    projections standing ``jump`` times above its level just before, at two checkpoints in a row
    (or at the two after a checkpoint that rose part way, where the layer has settled: a jump
@@ -482,12 +482,15 @@ def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
     covered by the value before it); on a fall (i - 3 > i - 2 > i - 1) the higher of the last value
     and the fall from i - 3 to i - 2 carried on (the step size of an optimizer whose weights grow
     falls, and a jump is read against where it got; a dip at i - 1 on a fall is covered by the
-    fall before it)."""
+    fall before it).  Where i - 3 is undefined (the third value of a series whose first checkpoint
+    has no update ratio), no fall is read: two values give the level."""
     last, before = g[i - 1], g[i - 2]
     level = np.maximum(last + np.maximum(last - before, 0.0), before)
+    third = g[np.maximum(i - 3, 0)]
+    third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
     with np.errstate(invalid="ignore"):
-        falling = (last < before) & (before < g[i - 3])
-    return np.where(falling, np.maximum(last, 2.0 * before - g[i - 3]), level)
+        falling = (last < before) & (before < third)
+    return np.where(falling, np.maximum(last, 2.0 * before - third), level)
 
 
 # shape -> (the checkpoints after i whose values are the jump, the last checkpoint after i it reads)
@@ -512,16 +515,17 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
       the level (an optimizer that normalizes its update, Adam, takes the jump and falls back
       within a long save interval as its second moment catches up).
 
-    NaN where a value read (from i - 3 on) is undefined or the shape's condition fails."""
+    NaN where a value read (from i - 2 on; i - 3 only tells a fall, ``_level_before``) is
+    undefined or the shape's condition fails."""
     ahead = _reads(shape)[1]
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
     out = np.full(g.shape, np.nan)
-    if n < 4 + ahead:
+    if n < 3 + ahead:
         return out
-    i = np.arange(3, n - ahead)
+    i = np.arange(2, n - ahead)
     level = _level_before(g, i)
-    ok = np.isfinite(np.stack([g[i + d] for d in range(-3, ahead + 1)])).all(axis=0)
+    ok = np.isfinite(np.stack([g[i + d] for d in range(-2, ahead + 1)])).all(axis=0)
     with np.errstate(invalid="ignore"):
         if shape == "jump":
             up = np.minimum(g[i], g[i + 1]) - level
@@ -649,7 +653,7 @@ def jump_alarms(
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
     confirmed at the checkpoint that completes the evidence. Read on the checkpoints themselves (a
-    jump is one save interval wide, whatever the cadence) and from the fourth defined value on,
+    jump is one save interval wide, whatever the cadence) and from the third defined value on,
     before the run settles too: a jump at the end of the warm-up is the commonest. Nothing to read
     without output projections (the q/k updates of a collapsing layer jump too). ``point_of``:
     checkpoint index -> scored point (the block it falls in).  ``settled_high=False``: the jump

@@ -27,7 +27,7 @@ class FaultClass(StrEnum):
 
 INJECTABLE = (FaultClass.LOWPREC_ATTENTION, FaultClass.HIGH_LR, FaultClass.COMBINED)  # what a drill injects
 NO_FAULT = "none"  # a drill without an injected fault (truth.json ``fault``); "benign" events are healthy too
-UNKNOWN = "unknown"  # an anomalous verdict of a summary that names no class (reports only)
+UNKNOWN = "unknown"  # an anomalous verdict that names no class: a loss that diverged unseen, or a summary without one
 
 
 def from_drill_name(name: str) -> FaultClass | None:

@@ -96,6 +96,7 @@ def judge(
             for a in detection.uncounted
             if loss["divergence_step"] is None or a.first_step < loss["divergence_step"]
         ],
+        divergence=loss["divergence_step"],
     )
 
     div = loss["divergence_step"]
