@@ -236,9 +236,13 @@ def analyze(
     timeline.save(out / "timeline.h5")  # with the scores the judgement raised its alarms on
     if not results:  # nothing to judge: say so rather than "healthy" (the exit code is 3)
         first = skipped_run[0] if skipped_run else skipped[0]
-        judgement["verdict"].update(
+        judgement["verdict"] = dict(
+            anomalous=False,
+            earliest_step=None,
+            confirmed_step=None,
             fault_type="inconclusive",
             confidence=0.0,
+            evidence=[],
             reason=(
                 f"not enough evidence: none of the {len(ckpts)} checkpoints could be read (first: {first.path}: "
                 f"{first.reason})"

@@ -824,6 +824,27 @@ def test_a_loss_that_diverged_unseen_is_unknown_never_healthy(tmp_path):
     # a loss that stays within a nat of its best is no divergence
     _diverging_log(quiet, 10**6)
     assert judge(quiet, tl(s), [])["verdict"]["fault_type"] == "healthy"
+    # the checkpoints analysed end at step 1000 (``--steps``): a divergence at 1500, more than one
+    # save interval later, is not this judgement's
+    early = {k: x[:10] for k, x in s.items()}
+    out = judge(loud, Timeline.from_arrays(STEPS[:10], early), [])
+    assert out["loss"]["divergence_step"] == div and out["verdict"]["fault_type"] == "healthy"
+
+
+def test_a_lone_nan_loss_is_not_a_divergence_the_verdict_reads(tmp_path):
+    """One logged NaN (null) loss followed by finite ones (a step a run with dynamic loss scaling
+    skipped) is reported as the divergence step, but does not make a calm run anomalous; two in a
+    row do."""
+    s = healthy(5)
+    rows = [{"step": st, "loss": 3.0 - 0.5 * st / 2000, "grad_norm": 1.0} for st in range(1, 2001)]
+    rows[1199]["loss"] = None  # step 1200
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    out = judge(tmp_path, tl(s), [])
+    assert out["loss"]["divergence_step"] == 1200 and out["verdict"]["fault_type"] == "healthy"
+    rows[1200]["loss"] = None
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    v = judge(tmp_path, tl(s), [])["verdict"]
+    assert (v["fault_type"], v["earliest_step"]) == ("unknown", 1200)
 
 
 def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):

@@ -256,6 +256,13 @@ def test_nothing_readable_gives_no_verdict_and_stale_temporaries_are_removed(tmp
         "none of the 2 checkpoints could be read" in res.verdict["reason"]
         and "config.json" in res.verdict["reason"]
     )
+    # with a log whose loss diverged: still no verdict from the checkpoints (nothing was read)
+    (run / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": st, "loss": 3.0 if st < 150 else None}) for st in range(1, 201))
+    )
+    res = analyze(run, out_dir=tmp_path / "out3", device="cpu")
+    assert res.exit_code() == 3 and not res.anomalous and res.verdict["fault_type"] == "inconclusive"
+    assert res.verdict["earliest_step"] is None and "decision" not in res.verdict
 
 
 def test_fixture_weights_match_reference(tmp_path):

@@ -117,6 +117,21 @@ def divergence_step(
     return None
 
 
+def lasting_divergence_step(steps, losses) -> int | None:
+    """``divergence_step`` with a lone non-finite loss passed over: a NaN/Inf (or JSON null) loss
+    whose next logged loss is finite does not count (a skipped step of a run with dynamic loss
+    scaling logs one and trains on); two in a row, or one as the last logged value, do.  What the
+    verdict's ``unknown/loss-diverged`` path reads (``classify``); the divergence step reported
+    beside it is ``divergence_step``'s."""
+    vals = [math.nan if v is None else float(v) for v in losses]
+    keep = [
+        math.isfinite(v) or i + 1 == len(vals) or not math.isfinite(vals[i + 1]) for i, v in enumerate(vals)
+    ]
+    return divergence_step(
+        [s for s, k in zip(steps, keep, strict=True) if k], [v for v, k in zip(vals, keep, strict=True) if k]
+    )
+
+
 def spike_alarms(
     values, *, window: int = SPIKE_WINDOW, sigmas: float = SPIKE_SIGMAS, min_std: float = SPIKE_MIN_STD
 ) -> np.ndarray:

@@ -96,7 +96,7 @@ def judge(
             for a in detection.uncounted
             if loss["divergence_step"] is None or a.first_step < loss["divergence_step"]
         ],
-        divergence=loss["divergence_step"],
+        divergence=unseen_divergence(loss, timeline.steps, misaligned),
     )
 
     div = loss["divergence_step"]
@@ -131,6 +131,26 @@ def judge(
         },
     }
     return _clean(out)
+
+
+def unseen_divergence(loss: dict, steps, misaligned: str | None) -> int | None:
+    """The step at which the training loss diverged, as the ``unknown/loss-diverged`` verdict reads
+    it (None: it does not apply): only where the log aligns with the checkpoints, the loss stayed
+    diverged (``logs.lasting_divergence_step``: a lone NaN loss followed by finite ones is not a
+    divergence) and it diverged within the checkpoints analysed, or at most one save interval after
+    the last of them (the run broke before its next save; a run analysed up to an earlier step
+    with ``--steps`` is judged on what was analysed)."""
+    steps = np.asarray(steps, dtype=np.int64)
+    if loss["divergence_step"] is None or misaligned or len(steps) == 0:
+        return None
+    curve = loss.get("curve")
+    step = (
+        logs.lasting_divergence_step(curve.steps.tolist(), curve.loss.tolist())
+        if curve is not None and len(curve)
+        else loss["divergence_step"]
+    )
+    interval = int(np.median(np.diff(steps))) if len(steps) > 1 else 0
+    return step if step is not None and step <= int(steps[-1]) + interval else None
 
 
 def jump_before(detection: detect.Detection, divergence: int | None) -> detect.ModelJump | None:
