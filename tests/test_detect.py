@@ -112,6 +112,35 @@ def _alarm(role, idx, layer=0, head=None, block=None):
     )
 
 
+def test_a_step_size_that_grew_within_a_settling_time_of_the_collapse_is_combined():
+    """The attention step size grows at step 600 and a collapse follows at step 1000: 4 points
+    apart (saves every 100 steps), more than ``DECISION_WINDOW``, so the old rule read the collapse
+    as the too-large LR's consequence (``high_lr/step-size-first``).  In the run's own time it
+    came within one settling time (the run settled at step 500: 400 steps), as the two halves of
+    the combined fault do at fine cadences and short warm-ups: ``combined/step-size-first``.  A run
+    that settled at step 300 (the collapse 1.3 settling times later), or one whose settling is
+    not known, stays ``high_lr``."""
+    a = _alarm
+    alarms = [a("step_size", 5), a("step_size", 6, 1), a("structure", 9, 0, 1), a("structure", 9, 1, 2)]
+
+    def cov(settled):
+        return {"missing": None, "settled_step": settled}
+
+    v = classify.classify(alarms, [], L, STEPS, cov(500))
+    assert (v["fault_type"], v["decision"], v["earliest_step"]) == (
+        "combined",
+        "combined/step-size-first",
+        600,
+    )
+    assert "4 point(s) before it" in v["reason"]
+    for coverage in (cov(300), None):
+        v = classify.classify(alarms, [], L, STEPS, coverage)
+        assert (v["fault_type"], v["decision"]) == ("high_lr", "high_lr/step-size-first"), coverage
+    # exactly one settling time is within it; a step further is not
+    assert classify.classify(alarms, [], L, STEPS, cov(400))["fault_type"] == "combined"
+    assert classify.classify(alarms, [], L, STEPS, cov(399))["fault_type"] == "high_lr"
+
+
 def test_classification_rules_and_overflow():
     a = _alarm
     # the step size grows in q and k (two series) with the collapse: combined
