@@ -132,13 +132,22 @@ def test_a_step_size_that_grew_within_a_settling_time_of_the_collapse_is_combine
         "combined/step-size-first",
         600,
     )
-    assert "4 point(s) before it" in v["reason"]
+    assert "4 point(s), 400 steps, before it" in v["reason"]
     for coverage in (cov(300), None):
         v = classify.classify(alarms, [], L, STEPS, coverage)
         assert (v["fault_type"], v["decision"]) == ("high_lr", "high_lr/step-size-first"), coverage
-    # exactly one settling time is within it; a step further is not
+    # exactly one settled step is within it; a step further is not
     assert classify.classify(alarms, [], L, STEPS, cov(400))["fault_type"] == "combined"
     assert classify.classify(alarms, [], L, STEPS, cov(399))["fault_type"] == "high_lr"
+    # the output projections: off across layers where the step size grew, calm by the collapse, is
+    # the LR moving them (combined); calm from the step size's growth on is the collapsing layers'
+    # own update (projections-calm)
+    off_early = np.zeros(N)
+    off_early[5:7] = 1.0
+    v = classify.classify(alarms, [], L, STEPS, cov(500), proj_broad=off_early)
+    assert v["decision"] == "combined/step-size-first", v["decision"]
+    v = classify.classify(alarms, [], L, STEPS, cov(500), proj_broad=np.zeros(N))
+    assert v["decision"] == "lowprec_attention/projections-calm", v["decision"]
 
 
 def test_classification_rules_and_overflow():

@@ -36,8 +36,9 @@ from ckptscan.judge.detect import COLLAPSE_JUMP, Alarm, ModelJump
 from ckptscan.judge.faults import UNKNOWN
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
-# settling times (``coverage["settled_step"]``, in steps): a step size that grew no longer than this
-# before a collapse grew with it (``combined``), however many points lie between them
+# times the run's settled step (``coverage["settled_step"]``: the step at which its first layer
+# settled, counted from step 0): a step size whose alarm triggered no longer than this before a
+# collapse's grew with it (``combined``), however many points lie between them
 STEP_FIRST_SPAN = 1.0
 
 LR_ROLES = ("step_size", "second_order")
@@ -61,7 +62,7 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     "high_lr/step-size-first": (15, 18),  # the step size grew well before a collapse
     "high_lr/logits": (5, 6),  # no collapse, only attention logits grew
     "combined/together": (16, 21),  # a collapse with the step size growing in two or more series
-    "combined/step-size-first": (35, 42),  # the step size grew just before a collapse
+    "combined/step-size-first": (35, 42),  # the step size grew before a collapse, within the window or span
     "combined/jump": (6, 6),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
 }
 
@@ -262,14 +263,16 @@ def _is_attention_step(a: Alarm) -> bool:
     return a.role == "step_size" and a.block.startswith("attn")
 
 
-def _projections_calm(proj_broad: np.ndarray | None, s0: int) -> bool:
+def _projections_calm(proj_broad: np.ndarray | None, s0: int, since: int | None = None) -> bool:
     """The output projections were read within ``DECISION_WINDOW`` points of the collapse at point
-    ``s0`` and their step size was off across layers nowhere there (``detect._proj_broad``: 1 off,
-    0 not, NaN unread; None: nothing to read).  Then a q/k step size growing with the collapse is
-    the collapsing layers' own update jumping, not a step size."""
+    ``s0`` (and from ``DECISION_WINDOW`` points before ``since`` on, the point where the q/k step
+    size grew, where that came earlier) and their step size was off across layers nowhere there
+    (``detect._proj_broad``: 1 off, 0 not, NaN unread; None: nothing to read).  Then a q/k step
+    size growing with the collapse is the collapsing layers' own update jumping, not a step size."""
     if proj_broad is None:
         return False
-    around = proj_broad[max(0, s0 - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1]
+    start = min(s0, since) if since is not None else s0
+    around = proj_broad[max(0, start - DECISION_WINDOW) : s0 + DECISION_WINDOW + 1]
     return bool(np.isfinite(around).any()) and not bool((around == 1).any())
 
 
@@ -301,14 +304,15 @@ def _signature(
 
     * a D2-entropy collapse (structure) and the attention step size (q/k update ratios; an alarm
       that is broad by construction) growing more than ``DECISION_WINDOW`` points before it, and
-      more than ``STEP_FIRST_SPAN`` settling times (``settled_step``, steps) before it where that is
-      known: ``high_lr`` (the collapse is its consequence); growing before it, but within that
-      window or span, or
-      with it in two or more update-ratio series (q, k, router) at least one of them attention's:
+      more than ``STEP_FIRST_SPAN`` times the run's settled step (``settled_step``; the two alarms'
+      trigger steps compared) before it where that is known: ``high_lr`` (the collapse is its
+      consequence); growing before it, but within that window or span, or with it in two or more
+      update-ratio series (q, k, router) at least one of them attention's:
       ``combined`` (the low-precision fault makes a collapsing layer's own update jump, once, never
       the step size grow before the collapse), provided the output projections' step size was off
       across layers within the window as well (or moved: a ``jump`` or ``rise`` alarm there), where they are
-      read (``proj_broad``, per point; the fault leaves them alone):
+      read (``proj_broad``, per point, from the window before the step size grew; the fault leaves
+      them alone):
       ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
       jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
       collapse or within the window before it (``model_jump``): ``combined/jump``; else
@@ -323,16 +327,17 @@ def _signature(
     collapse = collapse_at(structure)
     if collapse is not None:
         s0, until = collapse
-        first = min((a for a in growth if _is_attention_step(a)), key=lambda a: a.index, default=None)
+        first = min(
+            (a for a in growth if _is_attention_step(a)),
+            key=lambda a: (a.index, a.trigger_step),
+            default=None,
+        )
         u0 = first.index if first is not None else None
         heads = {(a.layer, a.head) for a in structure if a.index <= s0 + DECISION_WINDOW}
         collapsed = sorted({layer for layer, _ in heads})
         # within the span (the run's own time scale): the step size grew with the collapse
-        within = (
-            first is not None
-            and settled_step is not None
-            and until - first.trigger_step <= STEP_FIRST_SPAN * settled_step
-        )
+        gap = until - first.trigger_step if first is not None else None
+        within = gap is not None and settled_step is not None and gap <= STEP_FIRST_SPAN * settled_step
         if u0 is not None and u0 < s0 - DECISION_WINDOW and not within:
             window = [a for a in alarms if a.index <= u0 + DECISION_WINDOW]
             grew = sorted({a.layer for a in window if a.role in LR_ROLES})
@@ -340,7 +345,7 @@ def _signature(
                 "high_lr",
                 "high_lr/step-size-first",
                 (
-                    f"the step size grew in layer(s) {grew} {s0 - u0} points "
+                    f"the step size grew in layer(s) {grew} {s0 - u0} points ({gap} steps) "
                     f"before any D2-entropy collapse (the collapse followed it)"
                 ),
                 window,
@@ -348,7 +353,12 @@ def _signature(
             )
         window = [a for a in alarms if a.index <= s0 + DECISION_WINDOW]
         near = {(a.layer, a.monitor) for a in growth if a.index <= s0 + DECISION_WINDOW}
-        if u0 is not None and u0 < s0:
+        if u0 is not None and u0 < s0 - DECISION_WINDOW:  # within the span
+            why = (
+                f"the attention step size grew {s0 - u0} point(s), {gap} steps, before it (within the "
+                f"{settled_step} steps the run took to settle)"
+            )
+        elif u0 is not None and u0 < s0:
             why = f"the attention step size grew {s0 - u0} point(s) before it"
         elif u0 is not None and u0 <= s0 + DECISION_WINDOW and len(near) >= 2:
             why = f"the step size grew with it, in {len(near)} update-ratio series"
@@ -361,7 +371,7 @@ def _signature(
         spike = jump_with(model_jump, s0, until)
         if spike is not None and not spike[0] >= COLLAPSE_JUMP:
             spike = None
-        if why is not None and not jump_near and spike is None and _projections_calm(proj_broad, s0):
+        if why is not None and not jump_near and spike is None and _projections_calm(proj_broad, s0, u0):
             return (
                 "lowprec_attention",
                 "lowprec_attention/projections-calm",
