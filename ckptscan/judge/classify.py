@@ -43,9 +43,8 @@ STEP_FIRST_SPAN = 1.0
 
 LR_ROLES = ("step_size", "second_order")
 
-LOSS_DIVERGED = (
-    "unknown/loss-diverged"  # the decision path of a loss that diverged unseen (``_loss_diverged``)
-)
+# the decision path of a loss that diverged with no monitor alarm (``_loss_diverged``)
+LOSS_DIVERGED = "unknown/loss-diverged"
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
 # the corpus' final and holdout3 to holdout7 parts (133 runs each), judged with the rules that
@@ -101,9 +100,9 @@ def classify(
     (``Detection.uncounted``): reported as ``uncounted_jump`` where it came before the horizon,
     never part of the decision.  ``model_jump``: per checkpoint, the one-checkpoint whole-model
     step-size jump (``detect.model_jump``; factor NaN unread or at/after the divergence; None:
-    nothing to read).  ``divergence``: the step at which the training loss diverged
-    (``logs.divergence_step``; None: it did not, or there is no log): a run whose loss diverged is
-    never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``)."""
+    nothing to read).  ``divergence``: the step at which the training loss diverged, as
+    ``verdict.unseen_divergence`` reads it (None: it did not, there is no log, or it does not
+    apply): a run whose loss diverged is never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``)."""
     verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump, divergence)
     note = uncounted_jump(uncounted or [], n_layers, horizon)
     if note is not None:
