@@ -1040,6 +1040,111 @@ def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
         assert detect.rise_alarms(Timeline.from_arrays(steps, grown)) == [], seed
 
 
+def _slow_wear(s, steps, onset, drop, over, layers=slice(None), heads=slice(None)):
+    """``s`` with the D2 entropy of ``heads`` in ``layers`` falling by ``drop`` over ``over`` steps
+    from step ``onset`` on (linearly), then held: attention structure worn down a little per save."""
+    out = {k: v.copy() for k, v in s.items()}
+    path = drop * np.clip((steps - onset) / over, 0.0, 1.0)
+    out["attn.D2.entropy2"][:, layers, heads] -= path[:, None, None]
+    return out
+
+
+def _fall_by_hand(steps, col, start, span, i):
+    """The reference (the median of ``col`` from ``span`` to ``span`` / 3 steps before i, from
+    checkpoint ``start`` on) less the highest of the values at i .. i + 2."""
+    sel = (steps >= steps[i] - span) & (steps <= steps[i] - span / 3) & (np.arange(len(steps)) >= start)
+    return np.median(col[sel]) - col[i : i + 3].max()
+
+
+def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
+    """Every head of both layers loses D2 entropy from step 705, 0.2 over 700 steps (saves every
+    10): 0.003 a save, under the noise, and nowhere near a tenth of the settled level.  The level
+    test's window follows the fall, the depth rule never reads it: the old rules called the run
+    healthy.  The fall rule reads each layer's median over its heads against where it stood two
+    settling times to a third of that before: 0.1 lower, three checkpoints in a row, in both
+    layers: low-precision attention, dated at the first of the three."""
+    for seed in range(4):
+        steps, s = _fine_run(seed)
+        worn = _slow_wear(s, steps, 705, 0.2, 700)
+        t = Timeline.from_arrays(steps, worn)
+        old = judge(tmp_path, t, [], params=detect.Params(fall=0.0))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, worn), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("lowprec_attention", "lowprec_attention"), seed
+        alarms = detect.fall_alarms(t)
+        assert {a.layer for a in alarms} == {0, 1}, seed
+        assert all(
+            a.test == "fall" and a.role == "structure" and a.head is None and a.score >= 0.1 for a in alarms
+        )
+        first = alarms[0].first_step
+        assert 705 < first <= 1300 and v["earliest_step"] == first, (seed, first)
+        assert all(a.confirmed_step == first + 20 for a in alarms)  # three checkpoints
+        assert any(e["test"] == "fall" for e in v["evidence"])
+        # the hand computation: per layer, the median over heads; its reference the median of the
+        # values from two settling times to a third of that before (once the layer settled); the
+        # fall at a checkpoint the reference less the highest of it and the next two
+        starts = detect.layer_starts(t)
+        span = detect.RISE_SPAN * steps[starts.max()]
+        med = np.median(worn["attn.D2.entropy2"], axis=2)
+        i = int(np.flatnonzero(steps == first)[0])
+        by_hand = [
+            [_fall_by_hand(steps, med[:, layer], starts[layer], span, j) for layer in (0, 1)]
+            for j in (i - 1, i)
+        ]
+        assert min(by_hand[1]) >= 0.1, seed
+        assert min(by_hand[0]) < 0.1, seed  # not a checkpoint earlier
+        assert detect.fall_alarms(t, detect.Params(fall=0.0)) == []
+
+
+def test_slow_fall_against_a_direct_reading():
+    """``_slow_fall`` (windows found by bisection on the steps) against the rule read literally,
+    checkpoint by checkpoint, on a level that hovers, then falls from a random checkpoint on (with
+    noise, gaps and uneven saves)."""
+    rng = np.random.default_rng(11)
+    read = 0
+    for trial in range(40):
+        n = int(rng.integers(30, 80))
+        steps = np.cumsum(rng.integers(5, 30, n)).astype(np.float64)
+        j = np.arange(n)
+        col = 0.6 - 0.01 * np.clip(j - rng.integers(10, n), 0, None) + 0.02 * rng.standard_normal(n)
+        col[rng.random(n) < 0.05] = np.nan
+        s0, span, persist = int(rng.integers(0, 10)), float(rng.uniform(40, 200)), 3
+        got = detect._slow_fall(col, steps, s0, span, persist)
+        for i in range(n):
+            want = np.nan
+            sel = [j for j in range(s0, n) if steps[i] - span <= steps[j] <= steps[i] - span / 3]
+            ref_vals = [col[j] for j in sel if np.isfinite(col[j])]
+            now = col[i : i + persist]
+            if i >= s0 and i + persist <= n and len(ref_vals) >= 2 and np.isfinite(now).all():
+                want = np.median(ref_vals) - now.max()
+                read += 1
+            assert (np.isnan(got[i]) and np.isnan(want)) or np.isclose(got[i], want), (trial, i)
+    assert read >= 200, read
+
+
+def test_no_slow_fall_from_one_layer_one_head_a_shallow_fall_or_a_dip():
+    """What the fall rule must not read: the healthy run (its heads hover once settled; layer 0's
+    warm-up dip to 0.3 comes before it settled); one layer's heads falling alone (a layer's own
+    affair: both layers of a two-layer model must fall); one head per layer falling (the median
+    over heads does not move); every head falling 0.07 (under the 0.1); every head at 0.3 for two
+    checkpoints only (a dip)."""
+    for seed in range(4):
+        steps, s = _fine_run(seed)
+        assert detect.fall_alarms(Timeline.from_arrays(steps, s)) == [], seed
+        cases = {
+            "one layer": _slow_wear(s, steps, 705, 0.25, 500, layers=slice(1, 2)),
+            "one head": _slow_wear(s, steps, 705, 0.4, 500, heads=slice(0, 1)),
+            "shallow": _slow_wear(s, steps, 705, 0.07, 500),
+        }
+        dip = {k: v.copy() for k, v in s.items()}
+        dip["attn.D2.entropy2"][100:102] = 0.3
+        cases["dip"] = dip
+        for case, series in cases.items():
+            assert detect.fall_alarms(Timeline.from_arrays(steps, series)) == [], (seed, case)
+        dip["attn.D2.entropy2"][100:103] = 0.3  # three checkpoints: read
+        assert detect.fall_alarms(Timeline.from_arrays(steps, dip)), seed
+
+
 def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
     """What the jump rule must not read as a jump: a linear warm-up from 0 (its rise decelerates),
     a restart (the LR falls to almost 0 and warms up again, over five checkpoints, to where it

@@ -54,6 +54,27 @@ def test_score_early_alarm_is_false_alarm_and_late_is_missed():
     assert not r["detected"] and not r["class_right"]
 
 
+def test_checkpoints_in_window_counts_what_could_detect_the_fault_in_time():
+    """A fault run's checkpoints analysed at/after its onset and before its divergence: with none,
+    no reading of the checkpoints finds it in time; the totals count those runs apart."""
+    t = {"fault": "high-lr", "onset_step": 407, "divergence_step": 468}
+    late = summary(True, 500, "high_lr")
+    late["checkpoints"] = {"steps": [100, 200, 300, 400, 500, 600]}
+    r = evaluate.score_run(t, late)
+    assert r["checkpoints_in_window"] == 0 and not r["detected"]
+    r2 = evaluate.score_run({**t, "divergence_step": 620}, late)
+    assert r2["checkpoints_in_window"] == 2 and r2["detected"]
+    r3 = evaluate.score_run({**t, "divergence_step": None}, late)
+    assert r3["checkpoints_in_window"] == 2
+    unknown = evaluate.score_run(t, summary(True, 500, "high_lr"))  # the checkpoints' steps unknown
+    assert unknown["checkpoints_in_window"] is None
+    healthy = evaluate.score_run({"fault": "none"}, late)
+    assert healthy["checkpoints_in_window"] is None
+    rows = [{**r, "run": "a"}, {**r2, "run": "b"}, {**healthy, "run": "c"}]
+    tot = evaluate.totals(rows)
+    assert (tot["detectable"], tot["detected_of_detectable"], tot["detected"]) == (1, 1, 1)
+
+
 def test_log_only_credited_with_first_alarm_after_onset():
     """A pre-onset alarm is crying wolf; the lead counts from the first alarm at/after the onset
     (log lead), while the stricter first-alarm-only reading gives it none (log lead (1st))."""

@@ -82,6 +82,12 @@ def score_run(truth: dict, summary: dict) -> dict:
     log_lead = (div - log_alarm) if (faulty and log_detected and div is not None) else None
     log_first_lead = (div - first_log) if (faulty and first_ok and div is not None) else None
     diverged_fault = faulty and div is not None
+    saved = (summary.get("checkpoints") or {}).get("steps")
+    in_window = (
+        sum(onset <= s and (div is None or s < div) for s in saved)
+        if faulty and onset is not None and saved is not None
+        else None
+    )
     return {
         "run": None,
         "truth": tclass,
@@ -95,6 +101,9 @@ def score_run(truth: dict, summary: dict) -> dict:
         "confidence": v.get("confidence"),
         "decision": v.get("decision"),
         "earliest_step": earliest,
+        # checkpoints analysed at/after the onset and before the divergence: with none, no reading of
+        # the checkpoints can detect the fault in time (None: not a fault run, or steps unknown)
+        "checkpoints_in_window": in_window,
         # a whole-model step-size jump the verdict reports but did not count (``uncounted_jump``)
         "uncounted_jump": (v.get("uncounted_jump") or {}).get("step"),
         # the checkpoint at which the persistence rule had seen enough to raise the alarm
@@ -265,6 +274,11 @@ def totals(rows: list[dict]) -> dict:
         "runs": len(rows),
         "faulty": len(faulty),
         "detected": sum(bool(r["detected"]) for r in faulty),
+        # fault runs with a checkpoint between onset and divergence, and how many of them were detected
+        "detectable": sum(bool(r.get("checkpoints_in_window")) for r in faulty),
+        "detected_of_detectable": sum(
+            bool(r["detected"]) and bool(r.get("checkpoints_in_window")) for r in faulty
+        ),
         "class_right": sum(bool(r["class_right"]) for r in rows),
         "false_alarms": sum(bool(r["false_alarm"]) for r in rows),
         "beats_log_only": sum(bool(r.get("beats_log_only")) for r in faulty),

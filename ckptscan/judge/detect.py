@@ -1,7 +1,7 @@
 """Baselines, scores and persistent alarms: when did each monitor leave healthy behaviour?
 
 A fault is a deviation from healthy behaviour, not a low value by itself (docs/detection.md).
-``run_detection`` does seven things, each in a function of its own:
+``run_detection`` does eight things, each in a function of its own:
 
 1. *What is examined* (``layer_starts``, ``head_starts``, ``dormant``): a layer is scored once it
    has left its early phase, read from its weights: its step size (``step_size``, the log of its
@@ -46,6 +46,11 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    interval carried half the rise (a jump is 5.'s) and no restart (a dip) came before it: an LR
    that grows exponentially moves a few percent per save, under the rate test's floor, and may
    stay under the settled high that 5. and the shift test ask for.
+8. *A slow fall of attention structure across the model* (``fall_alarms``), on the checkpoints:
+   each layer's median over its heads of D2 entropy ``fall`` under its level 2/3 to 2 settling
+   times before (7.'s span), ``persist`` checkpoints in a row, in three quarters of the layers: the
+   low-precision fault can wear every head down a little per save without collapsing any (a model
+   whose q/k pass through a norm), under the level test's window and far from 6.'s depth.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -107,6 +112,8 @@ class Params:
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
     rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
     #                    level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
+    #                    under its level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
 
 
 @dataclass
@@ -126,7 +133,7 @@ class Alarm:
     length: int = 0  # points the sustained excursion lasted (from the trigger on)
     trigger_step: int = 0  # the step of the trigger's first point
     test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``;
-    #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``
+    #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``; "fall": ``fall_alarms``
     shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
 
     def as_dict(self) -> dict:
@@ -744,6 +751,13 @@ RISE_DIP = 1.5  # ... and no value since two such spans before stood this far be
 RISE_GRADUAL = 0.5  # ... and no one save interval carried more than this share of the rise (a jump)
 
 
+def _reference_span(steps: np.ndarray, settled: list[int]) -> float:
+    """How far back (in steps) the slow rules (``rise_levels``, ``fall_levels``) read their reference
+    level: ``RISE_SPAN`` times the step at which the last layer settled (``settled``: checkpoint
+    indices), four median save intervals at least."""
+    return max(RISE_SPAN * float(steps[max(settled)]), 4 * float(np.median(np.diff(steps))))
+
+
 def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int) -> np.ndarray:
     """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
     values at i .. i + persist - 1 less its reference level (the median of the values from
@@ -799,7 +813,7 @@ def rise_levels(
     settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
     if n < 2 or not settled:
         return rise, 0
-    span = max(RISE_SPAN * float(steps[max(settled)]), 4 * float(np.median(np.diff(steps))))
+    span = _reference_span(steps, settled)
     persist = max(1, params.persist)
     with_step = np.isfinite(g).any(axis=0)
     total = int(with_step.sum())
@@ -848,6 +862,117 @@ def rise_alarms(
 
 DEPTH_MONITOR = "attn.D2.entropy2"  # the spectral entropy (alpha 2) of D2, / log h
 DEPTH_REF = 5  # a head's settled level: the median of its first this many values examined
+
+
+def _slow_fall(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int) -> np.ndarray:
+    """[N] fall of one layer's median D2 entropy ``col`` at each checkpoint i: its reference level
+    (the median of the values from ``span`` to ``span`` / 3 steps before i, from its first
+    examined checkpoint ``s0`` on, two of them at least) less the highest of its values at
+    i .. i + persist - 1; NaN where those are not all defined or the reference is not there."""
+    n = len(col)
+    out = np.full(n, np.nan)
+    for i in range(max(s0, 0), n - persist + 1):
+        now = col[i : i + persist]
+        j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
+        j1 = int(np.searchsorted(steps, steps[i] - span / 3, side="right"))
+        ref_vals = col[j0:j1][np.isfinite(col[j0:j1])]
+        if len(ref_vals) < 2 or not np.isfinite(now).all():
+            continue
+        out[i] = float(np.median(ref_vals)) - float(now.max())
+    return out
+
+
+def fall_levels(
+    timeline,
+    params: Params = Params(),
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
+) -> list[tuple[str, np.ndarray, int]]:
+    """Per D2-entropy series (``DEPTH_MONITOR``; a layout with a RoPE part has two): (name,
+    [N, L] falls, need): per checkpoint and layer, how far the layer's median D2 entropy over its
+    heads stands under its level ``RISE_SPAN`` settling times to a third of that before (the
+    median there; the settling time as for ``rise_levels``), the least fall over
+    ``params.persist`` checkpoints (``_slow_fall``); NaN where unread.  ``need``: the layers that
+    must fall together, ``JUMP_LAYERS`` of those read (two where two or more are)."""
+    det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
+    if det is None:
+        return []
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    n = len(steps)
+    if starts is None:
+        starts = layer_starts(timeline, params, detectors)
+    out = []
+    for name in _series_for(timeline, det):
+        arr = np.asarray(timeline.get(name), dtype=np.float64)
+        n_layers = arr.shape[1]
+        settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
+        if n < 2 or not settled:
+            continue
+        span = _reference_span(steps, settled)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a checkpoint with no head read
+            med = np.nanmedian(arr.reshape(n, n_layers, -1), axis=2)
+        fall = np.full(med.shape, np.nan)
+        read = np.isfinite(med).any(axis=0)
+        for layer in np.flatnonzero(read).tolist():
+            s0 = int(starts[layer]) if layer < len(starts) else n
+            fall[:, layer] = _slow_fall(med[:, layer], steps, s0, span, max(1, params.persist))
+        out.append((name, fall, _layers_needed(int(read.sum()))))
+    return out
+
+
+def fall_alarms(
+    timeline,
+    params: Params = Params(),
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
+) -> list[Alarm]:
+    """Attention structure falling slowly across the whole model: the first checkpoint at which,
+    in the layers ``fall_levels`` needs, the median of the layer's heads' D2 spectral entropy
+    stands ``params.fall`` (of its range, 0 to 1) under its level ``RISE_SPAN`` settling times to a
+    third of that before, at ``params.persist`` checkpoints in a row.  One alarm per layer that
+    fell (role ``structure``, head None), its score the fall (entropy units, not a z), confirmed at
+    the last of those checkpoints; the earliest of the series where there are two.  The
+    low-precision fault can wear every head's structure down a little per save (a model with
+    q/k norms: no head collapses): the level test's window follows it, and no head reaches the
+    depth rule's tenth.  A healthy run's heads hover once settled."""
+    if params.fall <= 0:
+        return []
+    steps = np.asarray(timeline.steps)
+    persist = max(1, params.persist)
+    best: list[Alarm] = []
+    for name, fall, need in fall_levels(timeline, params, detectors, starts):
+        with np.errstate(invalid="ignore"):
+            fell = fall >= params.fall
+        for i in range(len(steps)):
+            if need == 0 or fell[i].sum() < need:
+                continue
+            if best and best[0].first_step <= int(steps[i]):
+                break
+            last = i + persist - 1
+            point = int(point_of[i]) if point_of is not None else i
+            points = int(point_of[last]) - point + 1 if point_of is not None else persist
+            best = [
+                Alarm(
+                    DEPTH_MONITOR,
+                    name,
+                    layer,
+                    None,
+                    int(steps[i]),
+                    point,
+                    float(fall[i, layer]),
+                    Role.STRUCTURE,
+                    "down",
+                    int(steps[last]),
+                    points,
+                    int(steps[i]),
+                    "fall",
+                )
+                for layer in np.flatnonzero(fell[i]).tolist()
+            ]
+            break
+    return best
 
 
 def depth_alarms(
@@ -1139,7 +1264,8 @@ def run_detection(
 ) -> Detection:
     """Every sustained alarm in ``timeline`` (one per scored column at most; the jump rule's,
     one per layer that jumped: ``jump_alarms``; the depth rule's, one per head: ``depth_alarms``;
-    the rise rule's, one per layer that rose: ``rise_alarms``), earliest first.
+    the rise rule's, one per layer that rose: ``rise_alarms``; the fall rule's, one per layer that
+    fell: ``fall_alarms``), earliest first.
 
     Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
@@ -1225,6 +1351,7 @@ def run_detection(
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
         alarms += counted + depth_alarms(fine, params, block, fine_heads, detectors)
         alarms += rise_alarms(fine, params, block, detectors, fine_starts)
+        alarms += fall_alarms(fine, params, block, detectors, fine_starts)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices

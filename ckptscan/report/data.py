@@ -191,12 +191,15 @@ def evidence_monitor(e: dict) -> str:
     """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, in which
     shape it was read, and that its score is the jump factor, not a z; a collapse read by its
     depth (``test`` "depth") that its score is the fall from the head's settled level; a slow rise
-    (``test`` "rise") that its score is the rise factor."""
+    (``test`` "rise") that its score is the rise factor; a slow fall across the model (``test``
+    "fall") that its score is how far the layer's median D2 entropy fell (of 1)."""
     m = str(e.get("monitor", ""))
     if e.get("test") == "depth":
         return f"{m} (depth: score = fall factor)"
     if e.get("test") == "rise":
         return f"{m} (slow rise: score = factor)"
+    if e.get("test") == "fall":
+        return f"{m} (slow fall: score = entropy drop)"
     if e.get("test") != "jump":
         return m
     return f"{m} ({_JUMP_SHAPE.get(str(e.get('shape')), 'jump')}: score = factor)"

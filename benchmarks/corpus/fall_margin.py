@@ -1,0 +1,80 @@
+"""How far the heads' D2 entropy falls slowly across the model, per run: the margin the fall rule
+(``detect.fall_alarms``) sits in.
+
+    python benchmarks/corpus/fall_margin.py --ana /work/corpus-ana/final /work/corpus-ana/holdout3
+
+For every analysed run with an ``eval.json`` row beside it (``score.py`` writes both): the largest
+fall the rule reads at any checkpoint before the loss diverged, across the model (at each
+checkpoint the layer fall, the median over the layer's heads of D2 entropy 2 against its level two
+settling times to a third of that before, least over three checkpoints, ``detect.fall_levels``;
+taken at the layer the rule's count needs: the rule fires where this reaches ``Params.fall``).
+Prints the largest among healthy and benign runs (how far they stay under the rule's 0.1) and, per
+fault class, how many runs reach 0.1 at or after their onset. Reads only the stored timelines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def largest_fall(result, since: int | None = None) -> float:
+    """The largest whole-model fall (``detect.fall_levels``, at the layer the rule's count needs,
+    the larger over the D2 series) read from step ``since`` on and before the divergence step
+    (-inf: none read)."""
+    from ckptscan.judge import detect
+
+    tl = result.timeline
+    steps = np.asarray(tl.steps)
+    div = (result.summary.get("loss") or {}).get("divergence_step")
+    end = len(steps) if div is None else int(np.searchsorted(steps, div))
+    end -= 2  # a fall at i reads the checkpoints i .. i + 2 (``Params.persist``): all before it
+    begin = 0 if since is None else int(np.searchsorted(steps, since))
+    best = -np.inf
+    for _, fall, need in detect.fall_levels(tl, starts=detect.examined_from(tl)[0]):
+        if need == 0 or end <= begin:
+            continue
+        read = np.where(np.isnan(fall[begin:end]), -np.inf, fall[begin:end])
+        best = max(best, float(np.max(np.sort(read, axis=1)[:, ::-1][:, need - 1])))
+    return best
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
+    ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    args = ap.parse_args(argv)
+    from ckptscan.api import load_result
+    from ckptscan.judge.detect import Params
+
+    need = Params().fall
+    clean: list[tuple[float, str]] = []
+    read, reach = Counter(), Counter()
+    for root in args.ana:
+        for row in json.loads((root / args.eval).read_text())["rows"]:
+            if row.get("verdict") == "error":
+                continue
+            result = load_result(root / row["run"])
+            if row["truth"] == "healthy":
+                clean.append((largest_fall(result), row["run"]))
+            else:
+                read[row["truth"]] += 1
+                reach[row["truth"]] += largest_fall(result, since=row.get("onset")) >= need
+    top = max(clean) if clean else None
+    largest = f"{top[0]:.3f} ({top[1]})" if top and np.isfinite(top[0]) else "none read"
+    print(f"healthy/benign runs read: {len(clean)}; largest fall: {largest}")
+    for truth in sorted(read):
+        print(f"{truth} runs read: {read[truth]}; reaching {need:g} at/after the onset: {reach[truth]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
