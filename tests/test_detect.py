@@ -1093,7 +1093,24 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
         ]
         assert min(by_hand[1]) >= 0.1, seed
         assert min(by_hand[0]) < 0.1, seed  # not a checkpoint earlier
+        scores = {a.layer: a.score for a in alarms}
+        np.testing.assert_allclose([scores[0], scores[1]], by_hand[1], rtol=1e-5)  # the fall, per layer
         assert detect.fall_alarms(t, detect.Params(fall=0.0)) == []
+
+
+def test_a_collapse_read_per_head_and_across_layers_names_both():
+    """The reason names where a collapse lies: per head (a head's own alarm), across layers (the
+    fall rule's, head None), or both."""
+    heads = {(1, 0), (1, 2)}
+    assert classify._collapsed_where(heads) == "collapsed in 2 head(s) of layer(s) [1]"
+    fell = {(0, None), (1, None)}
+    assert classify._collapsed_where(fell) == (
+        "fell slowly across layer(s) [0, 1] (the median of each layer's heads)"
+    )
+    assert classify._collapsed_where(heads | fell) == (
+        "collapsed in 2 head(s) of layer(s) [1] and fell slowly across layer(s) [0, 1] (the median of each "
+        "layer's heads)"
+    )
 
 
 def test_slow_fall_against_a_direct_reading():

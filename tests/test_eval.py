@@ -70,9 +70,12 @@ def test_checkpoints_in_window_counts_what_could_detect_the_fault_in_time():
     assert unknown["checkpoints_in_window"] is None
     healthy = evaluate.score_run({"fault": "none"}, late)
     assert healthy["checkpoints_in_window"] is None
-    rows = [{**r, "run": "a"}, {**r2, "run": "b"}, {**healthy, "run": "c"}]
+    error = {"run": "d", "truth": "high_lr", "verdict": "error", "class_right": False, "false_alarm": False}
+    error.update(detected=False, divergence=None, onset=407)
+    rows = [{**r, "run": "a"}, {**r2, "run": "b"}, {**healthy, "run": "c"}, error]
     tot = evaluate.totals(rows)
     assert (tot["detectable"], tot["detected_of_detectable"], tot["detected"]) == (1, 1, 1)
+    assert tot["window_unknown"] == 1  # the error row: neither detectable nor not
 
 
 def test_log_only_credited_with_first_alarm_after_onset():

@@ -182,6 +182,7 @@ def test_evidence_names_the_jump_shape_and_its_factor():
     d = "attn.D2.entropy2"
     assert data.evidence_monitor({"monitor": d, "test": "depth"}) == f"{d} (depth: score = fall factor)"
     assert data.evidence_monitor({"monitor": m, "test": "rise"}) == f"{m} (slow rise: score = factor)"
+    assert data.evidence_monitor({"monitor": d, "test": "fall"}) == f"{d} (slow fall: score = entropy drop)"
 
 
 def test_an_uncounted_jump_is_shown_in_every_report():

@@ -9,7 +9,9 @@ checkpoint the layer fall, the median over the layer's heads of D2 entropy 2 aga
 settling times to a third of that before, least over three checkpoints, ``detect.fall_levels``;
 taken at the layer the rule's count needs: the rule fires where this reaches ``Params.fall``).
 Prints the largest among healthy and benign runs (how far they stay under the rule's 0.1) and, per
-fault class, how many runs reach 0.1 at or after their onset. Reads only the stored timelines.
+fault class, how many runs reach 0.1 at or after their onset. Stricter than detection: the three
+checkpoints a fall reads must all lie before the divergence (a detection needs only its first).
+Reads only the stored timelines.
 """
 
 from __future__ import annotations
@@ -26,24 +28,29 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
-def largest_fall(result, since: int | None = None) -> float:
+def largest_fall(result, since: int | None = None) -> tuple[float, int | None]:
     """The largest whole-model fall (``detect.fall_levels``, at the layer the rule's count needs,
-    the larger over the D2 series) read from step ``since`` on and before the divergence step
-    (-inf: none read)."""
+    the larger over the D2 series) read from step ``since`` on and before the divergence step, and
+    the step it was read at (-inf, None: none read)."""
     from ckptscan.judge import detect
 
     tl = result.timeline
     steps = np.asarray(tl.steps)
     div = (result.summary.get("loss") or {}).get("divergence_step")
     end = len(steps) if div is None else int(np.searchsorted(steps, div))
-    end -= 2  # a fall at i reads the checkpoints i .. i + 2 (``Params.persist``): all before it
+    end -= (
+        detect.Params().persist - 1
+    )  # a fall at i reads the checkpoints i .. i + persist - 1: all before it
     begin = 0 if since is None else int(np.searchsorted(steps, since))
-    best = -np.inf
+    best: tuple[float, int | None] = (-np.inf, None)
     for _, fall, need in detect.fall_levels(tl, starts=detect.examined_from(tl)[0]):
         if need == 0 or end <= begin:
             continue
         read = np.where(np.isnan(fall[begin:end]), -np.inf, fall[begin:end])
-        best = max(best, float(np.max(np.sort(read, axis=1)[:, ::-1][:, need - 1])))
+        at_need = np.sort(read, axis=1)[:, ::-1][:, need - 1]  # the need-th largest layer fall
+        i = int(np.argmax(at_need))
+        if at_need[i] > best[0]:
+            best = (float(at_need[i]), int(steps[begin + i]))
     return best
 
 
@@ -56,7 +63,7 @@ def main(argv=None) -> int:
     from ckptscan.judge.detect import Params
 
     need = Params().fall
-    clean: list[tuple[float, str]] = []
+    clean: list[tuple[float, int | None, str]] = []
     read, reach = Counter(), Counter()
     for root in args.ana:
         for row in json.loads((root / args.eval).read_text())["rows"]:
@@ -64,12 +71,12 @@ def main(argv=None) -> int:
                 continue
             result = load_result(root / row["run"])
             if row["truth"] == "healthy":
-                clean.append((largest_fall(result), row["run"]))
+                clean.append((*largest_fall(result), row["run"]))
             else:
                 read[row["truth"]] += 1
-                reach[row["truth"]] += largest_fall(result, since=row.get("onset")) >= need
+                reach[row["truth"]] += largest_fall(result, since=row.get("onset"))[0] >= need
     top = max(clean) if clean else None
-    largest = f"{top[0]:.3f} ({top[1]})" if top and np.isfinite(top[0]) else "none read"
+    largest = f"{top[0]:.3f} ({top[2]}, step {top[1]})" if top and np.isfinite(top[0]) else "none read"
     print(f"healthy/benign runs read: {len(clean)}; largest fall: {largest}")
     for truth in sorted(read):
         print(f"{truth} runs read: {read[truth]}; reaching {need:g} at/after the onset: {reach[truth]}")

@@ -131,7 +131,9 @@ def main(argv=None) -> int:
     print(f"fault runs detected (at/after onset, before divergence): {t['detected']}/{len(fault)}")
     print(
         f"  of the {t['detectable']} with a checkpoint analysed at/after the onset and before the divergence: "
-        f"{t['detected_of_detectable']} detected (the others no reading of the checkpoints can find in time)"
+        f"{t['detected_of_detectable']} detected (the others no reading of the checkpoints can find in time"
+        + (f"; {t['window_unknown']} with no window read: errors, or no onset" if t["window_unknown"] else "")
+        + ")"
     )
     print(
         f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "

@@ -279,6 +279,9 @@ def totals(rows: list[dict]) -> dict:
         "detected_of_detectable": sum(
             bool(r["detected"]) and bool(r.get("checkpoints_in_window")) for r in faulty
         ),
+        # fault rows whose window is unknown (an error row, no onset, no checkpoint steps): neither
+        # counted as detectable nor as not
+        "window_unknown": sum(r.get("checkpoints_in_window") is None for r in faulty),
         "class_right": sum(bool(r["class_right"]) for r in rows),
         "false_alarms": sum(bool(r["false_alarm"]) for r in rows),
         "beats_log_only": sum(bool(r.get("beats_log_only")) for r in faulty),
