@@ -1162,6 +1162,82 @@ def test_no_slow_fall_from_one_layer_one_head_a_shallow_fall_or_a_dip():
         assert detect.fall_alarms(Timeline.from_arrays(steps, dip)), seed
 
 
+def _collapse_with_projections_up(seed, factor=1.6, layers=slice(None), start=80, over=21):
+    """Saves every 10 steps: two heads of layer 1 collapse at checkpoint 100 (D2 entropy 0.1);
+    from checkpoint ``start`` on, over ``over`` checkpoints, the output projections' update ratios
+    of ``layers`` rise gradually to x``factor`` their course and stay there, the q/k updates as they
+    were (an LR that grew as the attention fault set in: the projections show it; no step-size rule
+    reads it)."""
+    steps, s = _fine_run_with_projections(seed)
+    s["attn.D2.entropy2"][100:, 1, :2] = 0.1
+    ramp = np.ones(len(steps))
+    ramp[start : start + over] = np.geomspace(1.0, factor, over)
+    ramp[start + over :] = factor
+    s["out.update_ratio"][:, layers] *= ramp[:, None, None]
+    return steps, s
+
+
+def test_a_collapse_with_the_projections_over_their_earlier_level_is_combined(tmp_path, monkeypatch):
+    """A head collapse with the output projections' step size x1.6 over where it stood two
+    settling times before, in both layers, and no step-size alarm (the q/k updates did not move,
+    the projections rose over twenty saves): the rules before ``projections_rise`` read
+    ``lowprec_attention``.  The low-precision fault leaves the projections alone, and after the run
+    settles a step size falls or holds: ``combined/projections-up``, dated as the collapse was."""
+    for seed in range(4):
+        steps, s = _collapse_with_projections_up(seed)
+        t = Timeline.from_arrays(steps, s)
+        with monkeypatch.context() as m:
+            m.setattr(classify, "PROJ_RISE", float("inf"))
+            old = judge(tmp_path, t, [])["verdict"]
+        assert (old["fault_type"], old["decision"]) == ("lowprec_attention", "lowprec_attention"), seed
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("combined", "combined/projections-up"), seed
+        assert v["earliest_step"] == old["earliest_step"] >= steps[100], seed  # the collapse's date
+        assert not [a for a in detect.detect(t) if a.role == "step_size"], seed
+        # the hand computation at the collapse: per layer, the projections' update ratio over the
+        # median of its values from two settling times to a third of that before (once settled)
+        det = detect.run_detection(t)
+        starts = detect.layer_starts(t)
+        span = detect.RISE_SPAN * steps[starts.max()]
+        i = 100
+        by_hand = []
+        for layer in (0, 1):
+            col = np.log(s["out.update_ratio"][:, layer, 0])
+            sel = (
+                (steps >= steps[i] - span)
+                & (steps <= steps[i] - span / 3)
+                & (np.arange(len(steps)) >= starts[layer])
+            )
+            by_hand.append(col[i] - np.median(col[sel]))
+        pr = cast(detect.ModelJump, det.proj_rise)
+        np.testing.assert_allclose(np.log(pr.factor[i]), min(by_hand), rtol=1e-5)  # both layers: the smaller
+        assert pr.factor[i] >= classify.PROJ_RISE, seed
+
+
+def test_no_projections_up_from_one_layer_a_small_rise_a_later_one_or_after_the_divergence(tmp_path):
+    """What ``combined/projections-up`` must not read: one layer's projections rising alone (a
+    layer's own affair), a rise to x1.1, a rise that starts after the collapse's trigger, and a rise
+    read at or after the loss diverged (``verdict.before_divergence``)."""
+    for seed in range(4):
+        cases = {
+            "one layer": dict(layers=slice(1, 2)),
+            "small": dict(factor=1.1),
+            "later": dict(start=110),  # the collapse triggers at checkpoint 105 (step 1060)
+        }
+        for case, kw in cases.items():
+            steps, s = _collapse_with_projections_up(seed, **kw)
+            v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+            assert v["decision"] == "lowprec_attention", (seed, case, v["decision"])
+        steps, s = _collapse_with_projections_up(seed)
+        det = detect.run_detection(Timeline.from_arrays(steps, s))
+        masked = verdict.before_divergence(det.proj_rise, int(steps[90]))
+        v = classify.classify(det.alarms, [], L, steps, proj_rise=masked)
+        assert v["decision"] == "lowprec_attention", seed
+        assert classify.classify(det.alarms, [], L, steps, proj_rise=det.proj_rise)["decision"] == (
+            "combined/projections-up"
+        )
+
+
 def test_no_step_size_jump_from_warmup_restart_spike_or_the_qk_updates_alone():
     """What the jump rule must not read as a jump: a linear warm-up from 0 (its rise decelerates),
     a restart (the LR falls to almost 0 and warms up again, over five checkpoints, to where it

@@ -13,6 +13,10 @@ collapse's point or within ``classify.DECISION_WINDOW`` points before it, up to 
 it). A run counted here may take another path (the step size grew before the collapse, or with
 it): these are the runs the reading is taken on, not those it changes. Default ``Params`` (what
 ``score.py`` analyses with). Reads only the stored timelines.
+
+``--reading projections``: the same for the ``combined/projections-up`` path
+(``classify.PROJ_RISE``): the output projections' step size over where it stood 2/3 to 2 settling
+times before, across the model (``detect.projections_rise``), read at the same checkpoints.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
-def jump_at_collapse(result) -> float | None:
-    """The largest one-checkpoint whole-model jump factor next to the run's deciding collapse, read
-    as the classifier reads it (None: no collapse decides, or nothing read there)."""
+def jump_at_collapse(result, reading: str = "jump") -> float | None:
+    """The largest one-checkpoint whole-model jump factor (``reading`` "jump") or projections' rise
+    (``reading`` "projections") next to the run's deciding collapse, read as the classifier reads it
+    (None: no collapse decides, or nothing read there)."""
     from ckptscan.judge import classify, detect, verdict
 
     det = detect.run_detection(result.timeline)
@@ -37,7 +42,8 @@ def jump_at_collapse(result) -> float | None:
     collapse = classify.collapse_at(classify.decisive(det.alarms, det.point_at_or_after(div)))
     if collapse is None:
         return None
-    read = classify.jump_with(verdict.jump_before(det, div), *collapse)
+    values = det.model_jump if reading == "jump" else det.proj_rise
+    read = classify.jump_with(verdict.before_divergence(values, div), *collapse)
     return None if read is None else read[0]
 
 
@@ -45,21 +51,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
     ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    ap.add_argument("--reading", choices=("jump", "projections"), default="jump")
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
-    from ckptscan.judge.classify import COLLAPSE_JUMP
+    from ckptscan.judge.classify import COLLAPSE_JUMP, PROJ_RISE
+
+    threshold = COLLAPSE_JUMP if args.reading == "jump" else PROJ_RISE
 
     read: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for root in args.ana:
         for row in json.loads((root / args.eval).read_text())["rows"]:
-            factor = jump_at_collapse(load_result(root / row["run"]))
+            factor = jump_at_collapse(load_result(root / row["run"]), args.reading)
             if factor is not None:
                 read[row["truth"]].append((factor, row["run"]))
     for truth in sorted(read):
-        hits = sum(f >= COLLAPSE_JUMP for f, _ in read[truth])
-        print(
-            f"{truth}: runs with a deciding collapse: {len(read[truth])}; reaching x{COLLAPSE_JUMP}: {hits}"
-        )
+        hits = sum(f >= threshold for f, _ in read[truth])
+        print(f"{truth}: runs with a deciding collapse: {len(read[truth])}; reaching x{threshold}: {hits}")
     low = read.get("lowprec_attention")
     if low:
         top = max(low)

@@ -40,6 +40,9 @@ DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alar
 # settled, counted from step 0): a step size whose alarm triggered no longer than this before a
 # collapse's grew with it (``combined``), however many points lie between them
 STEP_FIRST_SPAN = 1.0
+# a collapse with the output projections' step size this far over where it stood 2/3 to 2
+# settling times before, across the model (``detect.projections_rise``): the LR grew with it
+PROJ_RISE = 1.25
 
 LR_ROLES = ("step_size", "second_order")
 
@@ -48,12 +51,12 @@ LOSS_DIVERGED = "unknown/loss-diverged"
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
 # the corpus' final and holdout3 to holdout8 parts (133 runs each), judged with the rules that
-# read a slow fall of the heads' D2 entropy across the model as a collapse (``detect.fall_alarms``;
-# ``benchmarks/corpus/score.py`` prints this table per part; these are the sums).
+# read a collapse with the output projections over their earlier level as combined
+# (``PROJ_RISE``; ``benchmarks/corpus/score.py`` prints this table per part; these are the sums).
 # ``LOSS_DIVERGED`` names no class: its confidence is 0.
 CONFIDENCE: dict[str, tuple[int, int]] = {
     "healthy": (435, 477),
-    "lowprec_attention": (82, 126),
+    "lowprec_attention": (82, 118),
     "lowprec_attention/projections-calm": (12, 13),  # q/k jumped with the collapse, the projections did not
     "high_lr/step-size": (54, 57),  # no collapse: the step size (or the second-order term) grew
     "high_lr/jump": (96, 98),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
@@ -63,6 +66,7 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     "combined/together": (21, 27),  # a collapse with the step size growing in two or more series
     "combined/step-size-first": (41, 50),  # the step size grew before a collapse, within the window or span
     "combined/jump": (6, 6),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
+    "combined/projections-up": (6, 8),  # a collapse with the output projections over their earlier level
 }
 
 
@@ -87,6 +91,7 @@ def classify(
     uncounted: list[Alarm] | None = None,
     model_jump: ModelJump | None = None,
     divergence: int | None = None,
+    proj_rise: ModelJump | None = None,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
@@ -102,8 +107,13 @@ def classify(
     step-size jump (``detect.model_jump``; factor NaN unread or at/after the divergence; None:
     nothing to read).  ``divergence``: the step at which the training loss diverged, as
     ``verdict.unseen_divergence`` reads it (None: it did not, there is no log, or it does not
-    apply): a run whose loss diverged is never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``)."""
-    verdict = _verdict(alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump, divergence)
+    apply): a run whose loss diverged is never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``).
+    ``proj_rise``: per checkpoint, the output projections' step size over where it stood 2/3 to 2
+    settling times before, across the model (``detect.projections_rise``; NaN unread or at/after
+    the divergence; None: nothing to read)."""
+    verdict = _verdict(
+        alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump, divergence, proj_rise
+    )
     note = uncounted_jump(uncounted or [], n_layers, horizon)
     if note is not None:
         verdict["uncounted_jump"] = note
@@ -144,6 +154,7 @@ def _verdict(
     proj_broad: np.ndarray | None,
     model_jump: ModelJump | None = None,
     divergence: int | None = None,
+    proj_rise: ModelJump | None = None,
 ) -> dict:
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
@@ -196,6 +207,7 @@ def _verdict(
         proj_broad,
         model_jump,
         (coverage or {}).get("settled_step"),
+        proj_rise,
     )
     if since is not None:  # evidence that is not an alarm (``combined/jump``): the run is off since it
         earliest = min(cast(int, earliest), since)
@@ -292,7 +304,8 @@ def jump_with(model_jump: ModelJump | None, s0: int, until: int) -> tuple[float,
     (``detect.model_jump``) at the checkpoints of the collapse's point ``s0`` and of the
     ``DECISION_WINDOW`` points before it, up to the collapse's trigger step ``until`` (None: none
     read there).  After the collapse, not read: a collapsing layer moves.  ``combined/jump`` where
-    the factor reaches ``COLLAPSE_JUMP``."""
+    the factor reaches ``COLLAPSE_JUMP``.  Read the same way on ``detect.projections_rise``
+    (``combined/projections-up`` where it reaches ``PROJ_RISE``)."""
     if model_jump is None:
         return None
     near = (model_jump.point >= s0 - DECISION_WINDOW) & (model_jump.point <= s0) & (model_jump.step <= until)
@@ -309,6 +322,7 @@ def _signature(
     proj_broad: np.ndarray | None = None,
     model_jump: ModelJump | None = None,
     settled_step: int | None = None,
+    proj_rise: ModelJump | None = None,
 ) -> tuple[str, str, str, list[Alarm], int | None]:
     """(fault class, decision path, reason, the alarms that decided) from the alarms, in trigger
     order.
@@ -326,8 +340,10 @@ def _signature(
       them alone):
       ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
       jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
-      collapse or within the window before it (``model_jump``): ``combined/jump``; else
-      ``lowprec_attention``;
+      collapse or within the window before it (``model_jump``): ``combined/jump``; else, where
+      the output projections' step size stood x``PROJ_RISE`` over where it was 2/3 to 2 settling
+      times before, across the model, at one of those checkpoints (``proj_rise``):
+      ``combined/projections-up``; else ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/step-size``
       (step-size or second-order growth); ``high_lr/logits`` where only logits grew, the classic
@@ -407,6 +423,23 @@ def _signature(
                 ),
                 window,
                 at,
+            )
+        # the output projections above where they stood two settling times before, across the
+        # model, at or just before the collapse: the LR grew (the fault leaves them alone)
+        proj_up = jump_with(proj_rise, s0, until)
+        if why is None and proj_up is not None and proj_up[0] >= PROJ_RISE:
+            factor, at = proj_up
+            return (
+                "combined",
+                "combined/projections-up",
+                (
+                    f"D2 spectral entropy {where}, and at step {at}, with it or just before, the output "
+                    f"projections' step size stood x{factor:.1f} over where it was 2/3 to 2 settling times "
+                    f"before, across the model (a step size the low-precision fault cannot make; after "
+                    f"the run settles it falls or holds)"
+                ),
+                window,
+                None,
             )
         if why is None:
             return (

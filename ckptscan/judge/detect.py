@@ -882,6 +882,49 @@ def _slow_fall(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
     return out
 
 
+def projections_over(go: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """[N]: per checkpoint, the log factor by which the output projections' step size (``go``,
+    [N, L] log) stands above its level ``RISE_SPAN`` settling times to a third of that before (the
+    median there, once the layer settled: ``_slow_fall`` read upside down, one checkpoint), the
+    factor that ``_layers_needed`` of the layers where it is read reach; NaN where none is read."""
+    steps = np.asarray(steps, dtype=np.float64)
+    n, n_layers = go.shape
+    out = np.full(n, np.nan)
+    settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
+    if n < 2 or not settled:
+        return out
+    span = _reference_span(steps, settled)
+    up = np.full(go.shape, np.nan)
+    for layer in np.flatnonzero(np.isfinite(go).any(axis=0)).tolist():
+        s0 = int(starts[layer]) if layer < len(starts) else n
+        up[:, layer] = _slow_fall(-go[:, layer], steps, s0, span, 1)  # the value less its reference
+    for i in range(n):
+        f = np.sort(up[i][np.isfinite(up[i])])[::-1]
+        if len(f):
+            out[i] = float(f[_layers_needed(len(f)) - 1])
+    return out
+
+
+def projections_rise(
+    timeline, point_of=None, detectors: Sequence[Detector] = DETECTORS, starts: np.ndarray | None = None
+) -> ModelJump | None:
+    """Per checkpoint, the factor by which the output projections' step size stands above where it
+    stood 2/3 to 2 settling times before, across the model (``projections_over``); NaN where not
+    read; None where the layout names no output projection.  Evidence for the classifier, never an
+    alarm: after the run settles, a healthy run's step size falls or holds, and the low-precision
+    fault leaves the projections alone, so projections above their earlier level at a collapse are
+    an LR that grew with it.  ``point_of``: checkpoint index -> point."""
+    _, go = _model_steps(timeline, detectors)
+    if not np.isfinite(go).any():
+        return None
+    n = go.shape[0]
+    steps = np.asarray(timeline.steps, dtype=np.int64)
+    if starts is None:
+        starts = layer_starts(timeline, detectors=detectors)
+    point = np.arange(n) if point_of is None else np.asarray(point_of)
+    return ModelJump(np.exp(projections_over(go, steps, starts)), steps, point)
+
+
 def fall_levels(
     timeline,
     params: Params = Params(),
@@ -1197,6 +1240,9 @@ class Detection:
     uncounted: list[Alarm] = dataclasses.field(default_factory=list)
     # per checkpoint, the one-checkpoint whole-model step-size jump (``model_jump``); None: unread
     model_jump: ModelJump | None = None
+    # per checkpoint, the output projections' step size over its level 2/3 to 2 settling times
+    # before, across the model (``projections_rise``); None: unread
+    proj_rise: ModelJump | None = None
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -1366,6 +1412,7 @@ def run_detection(
         _proj_broad(cols, params) if reference is None else None,  # its own history only
         uncounted,
         model_jump(fine, block, detectors) if reference is None else None,
+        projections_rise(fine, block, detectors, fine_starts) if reference is None else None,
     )
 
 

@@ -90,6 +90,7 @@ def judge(
         horizon=horizon,
         proj_broad=_until(detection, horizon),
         model_jump=jump_before(detection, loss["divergence_step"]),
+        proj_rise=before_divergence(detection.proj_rise, loss["divergence_step"]),
         # read on single checkpoints: before the divergence step itself, not its block's label
         uncounted=[
             a
@@ -156,7 +157,12 @@ def unseen_divergence(loss: dict, steps, misaligned: str | None) -> int | None:
 def jump_before(detection: detect.Detection, divergence: int | None) -> detect.ModelJump | None:
     """``detection.model_jump`` unread (NaN) at the checkpoints at or after the divergence step (it
     is read on single checkpoints, like ``uncounted``): after it everything moves."""
-    mj = detection.model_jump
+    return before_divergence(detection.model_jump, divergence)
+
+
+def before_divergence(mj: detect.ModelJump | None, divergence: int | None) -> detect.ModelJump | None:
+    """A per-checkpoint reading (``Detection.model_jump``, ``Detection.proj_rise``) unread (NaN) at
+    the checkpoints at or after the divergence step."""
     if mj is None or divergence is None:
         return mj
     return mj._replace(factor=np.where(mj.step >= divergence, np.nan, mj.factor))
