@@ -1214,6 +1214,22 @@ def test_a_collapse_with_the_projections_over_their_earlier_level_is_combined(tm
         assert pr.factor[i] >= classify.PROJ_RISE, seed
 
 
+def test_projections_over_counts_the_layers_of_the_model():
+    """A layer that has projections but reads nothing (not settled, or no reference yet) counts
+    against: in a two-layer model both must be read, as for the rise rule; a layer without
+    projections does not count."""
+    steps = np.arange(1, 41) * 10.0
+    go = np.log(np.stack([np.linspace(1.0, 0.5, 40), np.linspace(1.0, 0.5, 40)], axis=1))
+    go[30:] += np.log(2.0)  # both layers' projections x2 from checkpoint 30 on
+    both = detect.projections_over(go, steps, np.array([2, 2]))
+    assert both[30] > np.log(1.5)
+    one = detect.projections_over(go, steps, np.array([40, 2]))  # layer 0 never settles
+    assert np.isnan(one).all()
+    alone = go.copy()
+    alone[:, 0] = np.nan  # a layer without projections in the layout
+    assert detect.projections_over(alone, steps, np.array([2, 2]))[30] > np.log(1.5)
+
+
 def test_no_projections_up_from_one_layer_a_small_rise_a_later_one_or_after_the_divergence(tmp_path):
     """What ``combined/projections-up`` must not read: one layer's projections rising alone (a
     layer's own affair), a rise to x1.1, a rise that starts after the collapse's trigger, and a rise
@@ -1221,7 +1237,7 @@ def test_no_projections_up_from_one_layer_a_small_rise_a_later_one_or_after_the_
     for seed in range(4):
         cases = {
             "one layer": dict(layers=slice(1, 2)),
-            "small": dict(factor=1.1),
+            "small": dict(factor=1.2),  # under the x1.25
             "later": dict(start=110),  # the collapse triggers at checkpoint 105 (step 1060)
         }
         for case, kw in cases.items():

@@ -66,7 +66,10 @@ def main(argv=None) -> int:
                 read[row["truth"]].append((factor, row["run"]))
     for truth in sorted(read):
         hits = sum(f >= threshold for f, _ in read[truth])
-        print(f"{truth}: runs with a deciding collapse: {len(read[truth])}; reaching x{threshold}: {hits}")
+        print(
+            f"{truth}: runs with a reading next to a deciding collapse: {len(read[truth])}; "
+            f"reaching x{threshold}: {hits}"
+        )
     low = read.get("lowprec_attention")
     if low:
         top = max(low)

@@ -886,7 +886,9 @@ def projections_over(go: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> n
     """[N]: per checkpoint, the log factor by which the output projections' step size (``go``,
     [N, L] log) stands above its level ``RISE_SPAN`` settling times to a third of that before (the
     median there, once the layer settled: ``_slow_fall`` read upside down, one checkpoint), the
-    factor that ``_layers_needed`` of the layers where it is read reach; NaN where none is read."""
+    factor that ``_layers_needed`` of the layers with a projection reach (counted over the model,
+    as the rise rule counts: a layer not settled yet, or with no reference yet, reads nothing and
+    counts against); NaN where fewer are read."""
     steps = np.asarray(steps, dtype=np.float64)
     n, n_layers = go.shape
     out = np.full(n, np.nan)
@@ -895,13 +897,15 @@ def projections_over(go: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> n
         return out
     span = _reference_span(steps, settled)
     up = np.full(go.shape, np.nan)
-    for layer in np.flatnonzero(np.isfinite(go).any(axis=0)).tolist():
+    with_proj = np.flatnonzero(np.isfinite(go).any(axis=0)).tolist()
+    for layer in with_proj:
         s0 = int(starts[layer]) if layer < len(starts) else n
         up[:, layer] = _slow_fall(-go[:, layer], steps, s0, span, 1)  # the value less its reference
+    need = _layers_needed(len(with_proj))
     for i in range(n):
         f = np.sort(up[i][np.isfinite(up[i])])[::-1]
-        if len(f):
-            out[i] = float(f[_layers_needed(len(f)) - 1])
+        if len(f) >= need:
+            out[i] = float(f[need - 1])
     return out
 
 
