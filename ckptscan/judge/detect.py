@@ -758,6 +758,20 @@ def _reference_span(steps: np.ndarray, settled: list[int]) -> float:
     return max(RISE_SPAN * float(steps[max(settled)]), 4 * float(np.median(np.diff(steps))))
 
 
+def _reference_windows(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int):
+    """The slow rules' readings of ``col``: per checkpoint i from ``s0`` on whose values at
+    i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` / 3
+    steps before i, from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
+    those values, the reference's median, the index the window starts at)."""
+    for i in range(max(s0, 0), len(col) - persist + 1):
+        now = col[i : i + persist]
+        j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
+        j1 = int(np.searchsorted(steps, steps[i] - span / 3, side="right"))
+        vals = col[j0:j1][np.isfinite(col[j0:j1])]
+        if len(vals) >= 2 and np.isfinite(now).all():
+            yield i, now, float(np.median(vals)), j0
+
+
 def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int) -> np.ndarray:
     """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
     values at i .. i + persist - 1 less its reference level (the median of the values from
@@ -766,17 +780,8 @@ def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
     to i + persist - 1, no step from one defined value to the next rose more than
     ``RISE_GRADUAL`` of it: an undefined value does not hide a jump) and came without a restart
     (nothing from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
-    n = len(col)
-    out = np.full(n, np.nan)
-    for i in range(max(s0, 0), n - persist + 1):
-        now = col[i : i + persist]
-        # the reference values: steps[i] - span .. steps[i] - span / 3, from s0 on (steps ascend)
-        j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
-        j1 = int(np.searchsorted(steps, steps[i] - span / 3, side="right"))
-        ref_vals = col[j0:j1][np.isfinite(col[j0:j1])]
-        if len(ref_vals) < 2 or not np.isfinite(now).all():
-            continue
-        ref = float(np.median(ref_vals))
+    out = np.full(len(col), np.nan)
+    for i, now, ref, j0 in _reference_windows(col, steps, s0, span, persist):
         rise = float(now.min()) - ref
         if rise <= 0:
             continue
@@ -869,16 +874,9 @@ def _slow_fall(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist
     (the median of the values from ``span`` to ``span`` / 3 steps before i, from its first
     examined checkpoint ``s0`` on, two of them at least) less the highest of its values at
     i .. i + persist - 1; NaN where those are not all defined or the reference is not there."""
-    n = len(col)
-    out = np.full(n, np.nan)
-    for i in range(max(s0, 0), n - persist + 1):
-        now = col[i : i + persist]
-        j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
-        j1 = int(np.searchsorted(steps, steps[i] - span / 3, side="right"))
-        ref_vals = col[j0:j1][np.isfinite(col[j0:j1])]
-        if len(ref_vals) < 2 or not np.isfinite(now).all():
-            continue
-        out[i] = float(np.median(ref_vals)) - float(now.max())
+    out = np.full(len(col), np.nan)
+    for i, now, ref, _ in _reference_windows(col, steps, s0, span, persist):
+        out[i] = ref - float(now.max())
     return out
 
 
