@@ -508,6 +508,45 @@ def test_a_layer_that_wakes_up_late_goes_through_its_own_early_phase():
         assert detect.detect(t, awake), seed
 
 
+def _logits_wake(seed, grow=1):
+    """A fine-cadence run whose layer 1 learned early, then stayed at its scale while layer 0's QK
+    form grew forty-fold (layer 1 under 1/20 of the largest head: asleep again, ``dormant``), and
+    from checkpoint 100 grows its own by x1.2 per save for 20 saves, its step size rising to x6 (``grow`` 1:
+    layer 1's wake-up; 0: layer 0, awake all along, grows so instead, at its usual step size: logit
+    growth)."""
+    steps, s = _fine_run(seed, warmup=50)
+    m = s["attn.M.spectral_norm"]
+    m[:, 0] *= np.minimum(40.0, np.exp(steps / 150.0))[:, None]
+    m[:, 1] = m[:, 1].clip(max=m[5, 1])
+    m[100:120, grow] *= (1.2 ** np.arange(1, 21))[:, None]
+    m[120:, grow] *= 1.2**20
+    if grow == 1:  # a layer's first learning is a large move: its step size up to x6 while it wakes
+        s["attn.q.update_ratio"][100:120, 1] *= np.linspace(1.5, 6.0, 20)[:, None]
+        s["attn.k.update_ratio"][:, 1] = s["attn.q.update_ratio"][:, 1]
+    return Timeline.from_arrays(steps, s)
+
+
+def test_a_layer_that_falls_asleep_again_wakes_without_a_logits_alarm():
+    """A layer whose QK form stayed put while another's grew forty-fold falls under 1/20 of the
+    largest head: asleep again (``awake_layers``), though it settled long before (``layer_starts``
+    keeps it settled).  Its QK form then growing x1.2 a save is its wake-up: the old rules raised
+    a logits alarm on it; the same growth in a layer learning all along still raises one."""
+    for seed in range(3):
+        t = _logits_wake(seed)
+        asleep, _ = detect.dormant(t)
+        assert asleep[90, 1] and not asleep[:, 0].any() and detect.layer_starts(t)[1] < 90
+        awake = detect.awake_layers(t)
+        assert not awake[90:105, 1].any() and awake[20:, 0].all()
+        assert not [a for a in detect.detect(t) if a.role == "logits"], seed
+        # what the old rules did: the logits rate test scored from the layer's first settling on
+        det = detect.detector_for(t, "attn.M.spectral_norm")
+        x = detect._transform(np.nanmedian(t.get("attn.M.spectral_norm")[:, 1], axis=1), det)
+        old = detect.score_self(x, det, "up", start=int(detect.layer_starts(t)[1]))
+        assert detect.first_sustained(old.exceed, 3) is not None, seed
+        grew = [a for a in detect.detect(_logits_wake(seed, grow=0)) if a.role == "logits"]
+        assert grew and grew[0].layer == 0 and 1000 <= grew[0].first_step <= 1100, seed
+
+
 def test_slow_growth_at_fine_cadence_is_scored_in_blocks():
     """An LR that grows by 3 % per 10-step save: below the 5 % floor at every checkpoint (the old
     rule never fires), four times that per block of the run's own time scale."""

@@ -50,24 +50,23 @@ LR_ROLES = ("step_size", "second_order")
 LOSS_DIVERGED = "unknown/loss-diverged"
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' final and holdout3 to holdout8 parts (133 runs each), judged with the rules that
-# read a collapse with the output projections over their earlier level as combined
-# (``PROJ_RISE``, the layers counted over the model; ``benchmarks/corpus/score.py`` prints this
-# table per part; these are the sums).
+# the corpus' final and holdout3 to holdout10 parts (133 runs each), judged with the rules that
+# start a logits alarm only in a layer that is learning (``detect.awake_layers``;
+# ``benchmarks/corpus/score.py`` prints this table per part; these are the sums).
 # ``LOSS_DIVERGED`` names no class: its confidence is 0.
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (435, 477),
-    "lowprec_attention": (82, 122),
-    "lowprec_attention/projections-calm": (12, 13),  # q/k jumped with the collapse, the projections did not
-    "high_lr/step-size": (54, 57),  # no collapse: the step size (or the second-order term) grew
-    "high_lr/jump": (96, 98),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "healthy": (556, 611),
+    "lowprec_attention": (106, 160),
+    "lowprec_attention/projections-calm": (15, 17),  # q/k jumped with the collapse, the projections did not
+    "high_lr/step-size": (67, 73),  # no collapse: the step size (or the second-order term) grew
+    "high_lr/jump": (125, 127),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
     "high_lr/rise": (9, 9),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
-    "high_lr/step-size-first": (16, 18),  # the step size grew well before a collapse
+    "high_lr/step-size-first": (20, 22),  # the step size grew well before a collapse
     "high_lr/logits": (6, 7),  # no collapse, only attention logits grew
-    "combined/together": (21, 27),  # a collapse with the step size growing in two or more series
-    "combined/step-size-first": (41, 50),  # the step size grew before a collapse, within the window or span
-    "combined/jump": (6, 6),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
-    "combined/projections-up": (4, 4),  # a collapse with the output projections over their earlier level
+    "combined/together": (27, 36),  # a collapse with the step size growing in two or more series
+    "combined/step-size-first": (55, 67),  # the step size grew before a collapse, within the window or span
+    "combined/jump": (7, 7),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
+    "combined/projections-up": (5, 5),  # a collapse with the output projections over their earlier level
 }
 
 

@@ -8,6 +8,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    median update ratio) has fallen to half its peak, or it is 4x as old as at that peak; a layer or
    head whose QK form is still below 1/20 of the largest head's is not learning yet and settles
    again after it wakes up.  Too little examined makes the verdict inconclusive (``examination``).
+   A settled layer stays examined, except by the logits test: that starts an alarm only where the
+   layer is learning (``awake_layers``), not asleep again under another layer's growth.
 2. *The run's own time scale* (``block_size``, ``coarsen``): checkpoints closer than a quarter of
    the run's settling time are scored in blocks (medians), so that every rule below, counted in
    points, means the same at any save cadence.
@@ -1166,6 +1168,45 @@ def layer_starts(
     return out
 
 
+def awake_layers(
+    timeline,
+    params: Params = Params(),
+    detectors: Sequence[Detector] = DETECTORS,
+    asleep: np.ndarray | None = None,
+) -> np.ndarray:
+    """[N, L] bool: the layers that are learning at each checkpoint: not ``dormant`` there, and
+    settled (``_settle`` of their step size) since they last were.  Unlike ``layer_starts``, a
+    layer that falls back under ``dormant_ratio`` of the largest head (others grew a hundredfold
+    while it stayed near its initial scale) is asleep again, and goes through its early phase
+    again when it wakes: its QK form growing from nothing is its first learning, not logit
+    growth.  ``asleep``: ``dormant``'s layer mask, when at hand."""
+    asleep = dormant(timeline, params)[0] if asleep is None else asleep
+    g = step_size(timeline, detectors)
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    n = len(steps)
+    out = np.zeros((n, asleep.shape[1]), dtype=bool)
+    for layer in range(asleep.shape[1]):
+        if layer >= g.shape[1]:
+            continue
+        sleep = asleep[:, layer]
+        a = 0
+        while a < n:
+            if sleep[a]:
+                a += 1
+                continue
+            b = a
+            while b < n and not sleep[b]:
+                b += 1
+            # an awake stretch [a, b): its origin is the dormant checkpoint just before (or step 0)
+            lo = a - 1 if a > 0 else 0
+            mask = np.zeros(b - lo, dtype=bool)
+            mask[0] = a > 0
+            at = lo + _settle(g[lo:b, layer], steps[lo:b], mask, params)
+            out[at:b, layer] = True
+            a = b
+    return out
+
+
 def head_starts(
     timeline, starts: np.ndarray, params: Params = Params(), asleep: np.ndarray | None = None
 ) -> np.ndarray:
@@ -1347,6 +1388,10 @@ def run_detection(
             examined |= np.isfinite(c.sc.z)
     with np.errstate(invalid="ignore"):  # [points, L]: the step size above its settled high (or unread)
         new_high = ~(above_settled(step_size(timeline, detectors), starts) <= 0)
+    # [points, L]: the layers learning at every checkpoint of the point (``awake_layers``)
+    fine_awake = awake_layers(fine, params, detectors)
+    awake = np.ones((len(steps), fine_awake.shape[1]), dtype=bool)
+    np.logical_and.at(awake, block, fine_awake)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
     broad_ok = {
         mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
@@ -1368,6 +1413,10 @@ def run_detection(
             # a level off its trend counts only above anything the layer had since it settled: a
             # restart (a new warm-up, cosine with warm restarts) returns to a level already seen
             ok = new_high[:, c.layer] if ok is None else (ok & new_high[:, c.layer])
+        if c.self_ref and c.det.role == Role.LOGITS and c.layer < awake.shape[1]:
+            # logit growth starts only in a layer that is learning (``awake_layers``): a layer
+            # still near its initial scale while others grew grows from nothing when it wakes
+            ok = awake[:, c.layer] if ok is None else (ok & awake[:, c.layer])
         i = first_sustained(sc.exceed, params.persist, ok)
         if i is None:
             continue
