@@ -1173,17 +1173,26 @@ def awake_layers(
     params: Params = Params(),
     detectors: Sequence[Detector] = DETECTORS,
     asleep: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
 ) -> np.ndarray:
     """[N, L] bool: the layers that are learning at each checkpoint: not ``dormant`` there, and
-    settled (``_settle`` of their step size) since they last were.  Unlike ``layer_starts``, a
-    layer that falls back under ``dormant_ratio`` of the largest head (others grew a hundredfold
-    while it stayed near its initial scale) is asleep again, and goes through its early phase
-    again when it wakes: its QK form growing from nothing is its first learning, not logit
-    growth.  ``asleep``: ``dormant``'s layer mask, when at hand."""
+    settled (``_settle`` of their step size) since they last were, or at most the run's settling
+    time (the step at which its first layer settled, ``layer_starts``) past that.  Unlike
+    ``layer_starts``, a layer that falls back under ``dormant_ratio`` of the largest head (others
+    grew past twenty times its scale while it stayed near its initial one) is asleep again, and
+    goes through its early phase again when it wakes: its QK form growing from nothing is its
+    first learning, not logit growth.  The cap keeps a layer that dipped under the line for a
+    moment, and whose step size then grows (a too-large LR: no peak to fall from), from staying
+    unexamined for good.  ``asleep``: ``dormant``'s layer mask, ``starts``: ``layer_starts``,
+    when at hand."""
     asleep = dormant(timeline, params)[0] if asleep is None else asleep
+    if starts is None:
+        starts = layer_starts(timeline, params, detectors, asleep)
     g = step_size(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     n = len(steps)
+    first = int(np.min(starts)) if len(starts) else n
+    span = float(steps[first]) if first < n else np.inf  # the run's settling time, in steps
     out = np.zeros((n, asleep.shape[1]), dtype=bool)
     for layer in range(asleep.shape[1]):
         if layer >= g.shape[1]:
@@ -1202,6 +1211,8 @@ def awake_layers(
             mask = np.zeros(b - lo, dtype=bool)
             mask[0] = a > 0
             at = lo + _settle(g[lo:b, layer], steps[lo:b], mask, params)
+            if a > 0 and np.isfinite(g[a:b, layer]).any():  # woke up again: at most ``span`` later
+                at = min(at, a + int(np.searchsorted(steps[a:b], steps[lo] + span)))
             out[at:b, layer] = True
             a = b
     return out
@@ -1389,7 +1400,7 @@ def run_detection(
     with np.errstate(invalid="ignore"):  # [points, L]: the step size above its settled high (or unread)
         new_high = ~(above_settled(step_size(timeline, detectors), starts) <= 0)
     # [points, L]: the layers learning at every checkpoint of the point (``awake_layers``)
-    fine_awake = awake_layers(fine, params, detectors)
+    fine_awake = awake_layers(fine, params, detectors, starts=fine_starts)
     awake = np.ones((len(steps), fine_awake.shape[1]), dtype=bool)
     np.logical_and.at(awake, block, fine_awake)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
