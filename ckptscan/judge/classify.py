@@ -50,23 +50,23 @@ LR_ROLES = ("step_size", "second_order")
 LOSS_DIVERGED = "unknown/loss-diverged"
 
 # Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' final and holdout3 to holdout10 parts (133 runs each), judged with the rules that
-# start a logits alarm only in a layer that is learning (``detect.awake_layers``;
-# ``benchmarks/corpus/score.py`` prints this table per part; these are the sums).
+# the corpus' final and holdout3 to holdout11 parts (133 runs each), judged with the rules that
+# score a run on at most ``detect.Params.max_points`` points after its settling
+# (``benchmarks/corpus/score.py`` prints this table per part; these are the sums).
 # ``LOSS_DIVERGED`` names no class: its confidence is 0.
 CONFIDENCE: dict[str, tuple[int, int]] = {
-    "healthy": (556, 611),
-    "lowprec_attention": (106, 160),
-    "lowprec_attention/projections-calm": (15, 17),  # q/k jumped with the collapse, the projections did not
-    "high_lr/step-size": (67, 73),  # no collapse: the step size (or the second-order term) grew
-    "high_lr/jump": (125, 127),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
-    "high_lr/rise": (9, 9),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
-    "high_lr/step-size-first": (20, 22),  # the step size grew well before a collapse
-    "high_lr/logits": (6, 7),  # no collapse, only attention logits grew
-    "combined/together": (27, 36),  # a collapse with the step size growing in two or more series
-    "combined/step-size-first": (55, 67),  # the step size grew before a collapse, within the window or span
-    "combined/jump": (7, 7),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
-    "combined/projections-up": (5, 5),  # a collapse with the output projections over their earlier level
+    "healthy": (623, 682),
+    "lowprec_attention": (118, 180),
+    "lowprec_attention/projections-calm": (18, 20),  # q/k jumped with the collapse, the projections did not
+    "high_lr/step-size": (79, 81),  # no collapse: the step size (or the second-order term) grew
+    "high_lr/jump": (139, 143),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
+    "high_lr/rise": (4, 4),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
+    "high_lr/step-size-first": (23, 23),  # the step size grew well before a collapse
+    "high_lr/logits": (8, 10),  # no collapse, only attention logits grew
+    "combined/together": (29, 39),  # a collapse with the step size growing in two or more series
+    "combined/step-size-first": (63, 77),  # the step size grew before a collapse, within the window or span
+    "combined/jump": (9, 9),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
+    "combined/projections-up": (2, 2),  # a collapse with the output projections over their earlier level
 }
 
 

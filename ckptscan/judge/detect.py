@@ -8,11 +8,11 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    median update ratio) has fallen to half its peak, or it is 4x as old as at that peak; a layer or
    head whose QK form is still below 1/20 of the largest head's is not learning yet and settles
    again after it wakes up.  Too little examined makes the verdict inconclusive (``examination``).
-   A settled layer stays examined, except by the logits test: that starts an alarm only where the
-   layer is learning (``awake_layers``), not asleep again under another layer's growth.
 2. *The run's own time scale* (``block_size``, ``coarsen``): checkpoints closer than a quarter of
    the run's settling time are scored in blocks (medians), so that every rule below, counted in
-   points, means the same at any save cadence.
+   points, means the same at any save cadence; and in blocks large enough that at most
+   ``max_points`` points follow the settling: a run saved ten times as often is not given ten
+   times the chances of a chance alarm.
 3. *Scores* per column (``score_self``): each ``Detector`` knows how healthy training moves its
    series: ``level`` series (D2 entropies) hover around a level; ``rate`` series (update ratios,
    ||D3||/||D2||, logits) trend, so the change of their log per point is scored, against "no
@@ -103,6 +103,8 @@ class Params:
         0.05  # a layer whose ||M|| is below this share of the largest layer's is not learning yet
     )
     block: float = 0.25  # checkpoints closer than this share of the run's settling time are scored in blocks
+    max_points: int = 40  # ... and in blocks large enough that no more than this many points follow the
+    #                       run's settling (0: no bound): each point is a chance of a chance alarm
     min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
@@ -1168,56 +1170,6 @@ def layer_starts(
     return out
 
 
-def awake_layers(
-    timeline,
-    params: Params = Params(),
-    detectors: Sequence[Detector] = DETECTORS,
-    asleep: np.ndarray | None = None,
-    starts: np.ndarray | None = None,
-) -> np.ndarray:
-    """[N, L] bool: the layers that are learning at each checkpoint: not ``dormant`` there, and
-    settled (``_settle`` of their step size) since they last were, or at most the run's settling
-    time (the step at which its first layer settled, ``layer_starts``) past that.  Unlike
-    ``layer_starts``, a layer that falls back under ``dormant_ratio`` of the largest head (others
-    grew past twenty times its scale while it stayed near its initial one) is asleep again, and
-    goes through its early phase again when it wakes: its QK form growing from nothing is its
-    first learning, not logit growth.  The cap keeps a layer that dipped under the line for a
-    moment, and whose step size then grows (a too-large LR: no peak to fall from), from staying
-    unexamined for good.  ``asleep``: ``dormant``'s layer mask, ``starts``: ``layer_starts``,
-    when at hand."""
-    asleep = dormant(timeline, params)[0] if asleep is None else asleep
-    if starts is None:
-        starts = layer_starts(timeline, params, detectors, asleep)
-    g = step_size(timeline, detectors)
-    steps = np.asarray(timeline.steps, dtype=np.float64)
-    n = len(steps)
-    first = int(np.min(starts)) if len(starts) else n
-    span = float(steps[first]) if first < n else np.inf  # the run's settling time, in steps
-    out = np.zeros((n, asleep.shape[1]), dtype=bool)
-    for layer in range(asleep.shape[1]):
-        if layer >= g.shape[1]:
-            continue
-        sleep = asleep[:, layer]
-        a = 0
-        while a < n:
-            if sleep[a]:
-                a += 1
-                continue
-            b = a
-            while b < n and not sleep[b]:
-                b += 1
-            # an awake stretch [a, b): its origin is the dormant checkpoint just before (or step 0)
-            lo = a - 1 if a > 0 else 0
-            mask = np.zeros(b - lo, dtype=bool)
-            mask[0] = a > 0
-            at = lo + _settle(g[lo:b, layer], steps[lo:b], mask, params)
-            if a > 0 and np.isfinite(g[a:b, layer]).any():  # woke up again: at most ``span`` later
-                at = min(at, a + int(np.searchsorted(steps[a:b], steps[lo] + span)))
-            out[at:b, layer] = True
-            a = b
-    return out
-
-
 def head_starts(
     timeline, starts: np.ndarray, params: Params = Params(), asleep: np.ndarray | None = None
 ) -> np.ndarray:
@@ -1243,13 +1195,20 @@ def block_size(timeline, starts: np.ndarray, params: Params = Params()) -> int:
     earliest layer's ``layer_starts``), times ``params.block``, in save intervals (the median
     spacing), at least 1.  A run saved every 10 steps whose layers settle at step 200 is scored
     in blocks of 5 checkpoints: its changes per point are then as large, and its noise as
-    averaged, as those of a run that settles as fast but saves every 50."""
+    averaged, as those of a run that settles as fast but saves every 50.  And at least as many as
+    leave ``params.max_points`` points (or fewer) after that settling: every point of every series
+    is a chance for noise to pass the persistence rule, and a run saved every 10 steps that
+    settles early would otherwise be scored on many times the points of the same run saved every
+    100."""
     steps = np.asarray(timeline.steps, dtype=np.float64)
     first = int(starts.min()) if len(starts) else len(steps)
     if first >= len(steps) or len(steps) < 2:
         return 1
     spacing = float(np.median(np.diff(steps)))
-    return max(1, int(params.block * steps[first] // max(spacing, 1.0)))
+    k = max(1, int(params.block * steps[first] // max(spacing, 1.0)))
+    if params.max_points:  # no more than max_points points after the run settled
+        k = max(k, -(-(len(steps) - first) // params.max_points))
+    return k
 
 
 def coarsen(timeline, k: int) -> tuple:
@@ -1399,10 +1358,6 @@ def run_detection(
             examined |= np.isfinite(c.sc.z)
     with np.errstate(invalid="ignore"):  # [points, L]: the step size above its settled high (or unread)
         new_high = ~(above_settled(step_size(timeline, detectors), starts) <= 0)
-    # [points, L]: the layers learning at every checkpoint of the point (``awake_layers``)
-    fine_awake = awake_layers(fine, params, detectors, starts=fine_starts)
-    awake = np.ones((len(steps), fine_awake.shape[1]), dtype=bool)
-    np.logical_and.at(awake, block, fine_awake)
     # per detector mode, where the attention step size is off in enough layers (``_broad``)
     broad_ok = {
         mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
@@ -1424,10 +1379,6 @@ def run_detection(
             # a level off its trend counts only above anything the layer had since it settled: a
             # restart (a new warm-up, cosine with warm restarts) returns to a level already seen
             ok = new_high[:, c.layer] if ok is None else (ok & new_high[:, c.layer])
-        if c.self_ref and c.det.role == Role.LOGITS and c.layer < awake.shape[1]:
-            # logit growth starts only in a layer that is learning (``awake_layers``): a layer
-            # still near its initial scale while others grew grows from nothing when it wakes
-            ok = awake[:, c.layer] if ok is None else (ok & awake[:, c.layer])
         i = first_sustained(sc.exceed, params.persist, ok)
         if i is None:
             continue
