@@ -523,8 +523,8 @@ def _long_fine_run(seed, dip=True, collapse=False):
 
 def test_a_long_fine_run_is_scored_on_a_bounded_number_of_points():
     """Saved every 10 steps and settled at step 200, a run's blocks (a quarter of its settling time)
-    are 5 checkpoints: 76 points, each a chance for a short healthy transient to pass the
-    persistence rule.  At most ``max_points`` (40) points after the settling, blocks of 10: a
+    are 5 checkpoints: 76 blocks after the settling, each a chance for a short healthy transient to
+    pass the persistence rule.  At most ``max_points`` (40) points after the settling, blocks of 10: a
     150-step dip of two heads no longer fills three points in a row; a collapse that stays is still
     found, within two blocks of its start."""
     unbounded = detect.Params(max_points=0)
@@ -533,6 +533,9 @@ def test_a_long_fine_run_is_scored_on_a_bounded_number_of_points():
         starts = detect.layer_starts(t)
         assert t.steps[int(starts.min())] == 200 and detect.block_size(t, starts, unbounded) == 5
         assert detect.block_size(t, starts) == -(-(len(t.steps) - int(starts.min())) // 40)
+        # no more than 40 checkpoints after the settling: the bound does not apply
+        head = Timeline.from_arrays(t.steps[:59], {n: v[:59] for n, v in t.series.items()})
+        assert detect.block_size(head, detect.layer_starts(head)) == 5
         old = detect.detect(t, unbounded)
         assert old and old[0].role == "structure" and 2000 < old[0].first_step <= 2150, seed
         assert detect.detect(t) == [], seed
