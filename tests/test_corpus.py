@@ -128,6 +128,7 @@ def test_one_tiny_run_per_stack(tmp_path, keep_threads):
         for step in (20, 40, 60):
             assert (run / trees[spec.framework].format(step)).is_file()
         assert truth["fault"] == spec.fault
+        assert truth["versions"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
         assert truth["onset_step"] == (spec.onset if spec.fault != "none" else None)
         assert recipe_key(truth)  # the keys ckptscan eval pairs twins with are present
         for key in ("naming", "model", "seq_len", "batch_size", "framework", "optimizer", "schedule"):
@@ -166,3 +167,23 @@ def test_changed_lists_only_the_runs_whose_verdict_moved(tmp_path, capsys):
     assert changed.main([str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
     out = capsys.readouterr().out
     assert "decision high_lr/rise" in out and out.strip().endswith("2 of 3 runs changed")
+
+
+def test_score_names_what_trained_the_runs():
+    """``score.py``'s ``generated_with``: each combination of library versions and CPU kernel path
+    with its number of runs, and a run that did not record its kernel path said so, not merged with
+    one that did."""
+    from benchmarks.corpus.score import generated_with
+
+    avx512 = {"torch": "2.13.0+cpu", "transformers": "5.25.0", "cpu_capability": "AVX512"}
+    text = generated_with(
+        [
+            {"versions": avx512},
+            {"versions": avx512},
+            {"versions": dict(avx512, cpu_capability="AVX2")},
+            {"versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0"}},
+        ]
+    )
+    assert text.count("(") == 3
+    assert "cpu_capability AVX512 (2 runs)" in text and "cpu_capability AVX2 (1 run)" in text
+    assert "cpu_capability not recorded (1 run)" in text

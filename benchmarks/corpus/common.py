@@ -352,7 +352,12 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
             "fingerprint": c.fingerprint,
             "python": platform.python_version(),
         },
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        # the CPU kernel path too: the same seeds trained with AVX2 and with AVX-512 kernels are other runs
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        },
         "elapsed_s": round(time.perf_counter() - rec.t0, 2),
     }
     write_json(run / "truth.json", truth)

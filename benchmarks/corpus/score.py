@@ -6,14 +6,15 @@
     python benchmarks/corpus/score.py --runs /work/corpus/calibration --out DIR --set block=0   # other rules
 
 Each run folder (with a truth.json) is analysed like any run (``ckptscan.api.analyze``, results
-cached under ``--out/<run>``: a re-run only re-judges), then scored with ``ckptscan.drills.evaluate``.
-Prints the totals, the breakdown per recipe dimension (``breakdown.py``), the lead over the
-log-only rule per fault class, and the confidence check: per decision path, how many verdicts had
-the right class, and how often verdicts with confidence >= 0.9 were right.  ``--confidence``
-prints the table in the form ``ckptscan.judge.classify.CONFIDENCE`` takes (only for calibration runs:
-the confidence is set there, then checked on the reported part).  ``--set NAME=VALUE`` (any
+cached under ``--out/<run>``: a re-run only re-judges), then scored with
+``ckptscan.drills.evaluate``. Prints what trained the runs (``generated_with``), the totals, the
+breakdown per recipe dimension (``breakdown.py``), the lead over the log-only rule per fault class,
+and the confidence check: per decision path, how many verdicts had the right class, and how often
+verdicts with confidence >= 0.9 were right. ``--confidence`` prints the table in the form
+``ckptscan.judge.classify.CONFIDENCE`` takes (only for calibration runs: the confidence is set
+there, then checked on the reported part). ``--set NAME=VALUE`` (any
 ``ckptscan.judge.detect.Params`` field, repeatable) judges the stored timelines again under other
-detection parameters: how the documented choices were compared.  Rows go to ``--out/eval.json``
+detection parameters: how the documented choices were compared. Rows go to ``--out/eval.json``
 (``eval-<settings>.json`` with ``--set``).
 """
 
@@ -93,6 +94,22 @@ def confidence_table(rows: list[dict]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in sorted(table.items())}
 
 
+def generated_with(truths: list[dict]) -> str:
+    """The library versions and CPU kernel path the runs were trained with (``truth["versions"]``),
+    each with its number of runs.  The same part trained on another CPU kernel path (AVX2 or
+    AVX-512 kernels, another MKL) is other data: float differences grow over training, onsets stay
+    but divergence steps and verdicts move.  A table is only comparable with one from the same."""
+    seen: dict[str, int] = defaultdict(int)
+    for t in truths:
+        v = t.get("versions") or {}
+        key = ", ".join(
+            f"{k} {v[k]}" if k in v else f"{k} not recorded"
+            for k in ("torch", "transformers", "cpu_capability")
+        )
+        seen[key] += 1
+    return "; ".join(f"{k} ({n} run{'s' if n != 1 else ''})" for k, n in sorted(seen.items()))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -124,6 +141,7 @@ def main(argv=None) -> int:
     fault = [r for r in rows if r["truth"] != "healthy"]
     clean = [r for r in rows if r["truth"] == "healthy"]
     print(f"runs {t['runs']}: healthy/benign {len(clean)}, fault {len(fault)}")
+    print(f"generated with: {generated_with([truth for _, truth in pairs])}")
     print(
         f"false alarms: {sum(r['false_alarm'] for r in clean)}/{len(clean)} healthy/benign runs, "
         f"{sum(r['false_alarm'] for r in fault)}/{len(fault)} fault runs dated before their onset"
