@@ -854,6 +854,52 @@ def test_a_jump_at_the_third_update_ratio_is_read(tmp_path):
         assert judge(tmp_path, Timeline.from_arrays(steps, calm), [])["verdict"]["fault_type"] != "high_lr"
 
 
+def test_rising_against_a_hand_computation():
+    """At checkpoint i: the value at i - 1 at or above every value before it, the first defined
+    value aside; False with no value before i - 1 to compare (no direction read)."""
+    g = np.log(np.array([np.nan, 5.0, 1.0, 2.0, 2.0, 1.5, 3.0, np.nan, 4.0]))[:, None]
+    r = detect.rising(g)[:, 0]
+    # i=2,3: i-1 is the first defined (5, set aside) or the first counted (1): nothing to compare
+    # i=4: 2 >= 1; i=5: 2 >= max(1, 2); i=6: 1.5 < 2; i=7: 3 >= 2; i=8: i-1 undefined
+    assert r.tolist() == [False, False, False, False, True, True, False, True, False]
+    assert not detect.rising(g, skip=0)[3, 0]  # 5 counted: 1 < 5
+    assert not detect.rising(g[:2]).any()
+
+
+def _early_climb(seed, at_step: int, factor: float = 2.0, warmup: int = 150):
+    """A run saved every 10 steps (``_fine_run_with_projections``, LR warm-up over ``warmup``
+    steps) whose step size, attention and output projections both, climbs x``factor`` between two
+    saves at ``at_step`` and stays up: in a real run early on, the updates of successive steps
+    starting to add up; later, an LR jump."""
+    steps, s = _fine_run_with_projections(seed, warmup=warmup)
+    j = int(np.searchsorted(steps, at_step))
+    for name in _STEP_NAMES:
+        s[name][j:] *= factor
+    return steps, s
+
+
+def test_a_climb_while_the_step_size_still_rises_is_no_jump(tmp_path):
+    """Saves every 10 steps, a linear warm-up over 150 steps: at step 60 the step size of every
+    layer climbs x2 and keeps rising with the warm-up.  The old rule read a jump there, before any
+    layer settled, and called the run ``high_lr`` from step 60.  Before a layer has settled, a jump
+    is now read only once its step size has stopped rising.  The same climb at step 300, after the
+    warm-up peak and before the run settled, is still read as a jump."""
+    for seed in range(4):
+        steps, s = _early_climb(seed, 60)
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        assert (steps[starts] > 60).all(), seed  # no layer had settled
+        old = judge(tmp_path, t, [], params=detect.Params(jump_rising=True))["verdict"]
+        assert (old["decision"], old["earliest_step"]) == ("high_lr/jump", 60), seed
+        v = judge(tmp_path, t, [])["verdict"]
+        assert v["fault_type"] != "high_lr", (seed, v["decision"])
+        steps, s = _early_climb(seed, 300)
+        t = Timeline.from_arrays(steps, s)
+        assert (steps[detect.layer_starts(t)] > 300).all(), seed
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 300), seed
+
+
 def _diverging_log(path, at: int, last: int = 2000) -> None:
     """metrics.jsonl in ``path``: a loss that trains down from 3 nats, then from step ``at`` on
     stands 2 nats above its best."""

@@ -375,6 +375,14 @@ def holdout12() -> list[RunSpec]:
     return _held_out(seed0=1600, shift=14)
 
 
+def holdout13() -> list[RunSpec]:
+    """A sixteenth held-out part, generated after a jump read before a layer settled stopped
+    counting while the layer's step size was still in its first rise (``detect.rising``), chosen
+    on holdout12 trained twice and holdout11's healthy runs: other seeds (1700-1744), the cycles
+    shifted by 15."""
+    return _held_out(seed0=1700, shift=15)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -454,4 +462,5 @@ PARTS = {
     "holdout10": holdout10,
     "holdout11": holdout11,
     "holdout12": holdout12,
+    "holdout13": holdout13,
 }

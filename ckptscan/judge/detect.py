@@ -25,16 +25,18 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
    step size is off in enough layers (``_broad``).
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the third defined
-   value on, settled or not: the step size of the attention q/k updates *and* of the output
-   projections standing ``jump`` times above its level just before, at two checkpoints in a row
-   (or at the two after a checkpoint that rose part way, where the layer has settled: a jump
-   between two saves; or ``jump_spike`` times at one checkpoint, the next still ``SPIKE_STAYS``
-   times above the level: Adam takes a jump and falls back within a long interval; these two
-   where the saves are evenly spaced),
-   and above anything it had since the layer settled, in three quarters of the layers read (two
-   at least where two or more are).  A too-large LR that jumps moves the whole model at once; a
-   warm-up rises gradually, a restart returns to a level already seen, and the low-precision
-   fault leaves the output projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
+   value on, settled or not (but before the layer settled, not while its step size is still in its
+   first rise, ``rising``: early in a run saved often, the updates of successive steps start to add
+   up and the step size climbs by a jump's factor within one save interval): the step size of the
+   attention q/k updates *and* of the output projections standing ``jump`` times above its level
+   just before, at two checkpoints in a row (or at the two after a checkpoint that rose part way,
+   where the layer has settled: a jump between two saves; or ``jump_spike`` times at one
+   checkpoint, the next still ``SPIKE_STAYS`` times above the level: Adam takes a jump and falls
+   back within a long interval; these two where the saves are evenly spaced), and above anything it
+   had since the layer settled, in three quarters of the layers read (two at least where two or
+   more are).  A too-large LR that jumps moves the whole model at once; a warm-up rises gradually,
+   a restart returns to a level already seen, and the low-precision fault leaves the output
+   projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
    settled high (``above_settled``).  A jump that stays below it is reported, never counted
    (``uncounted_jump``).  One checkpoint of such a jump (``model_jump``) is evidence for the
    classifier next to a collapse, never an alarm.
@@ -112,6 +114,8 @@ class Params:
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
+    jump_rising: bool = False  # ... read before the layer settled, also while its step size is still in
+    #                            its first rise (``rising``; True: the rules before this parameter)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
     rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
@@ -579,6 +583,23 @@ def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump")
     return out
 
 
+def rising(g: np.ndarray, skip: int = 1) -> np.ndarray:
+    """[N, L] log step sizes -> [N, L] bool: at checkpoint i, the series is still in its first
+    rise: the value at i - 1 stands at or above every value before it (its first ``skip`` defined
+    values aside, as a baseline sets them aside; at least one such value before i - 1).  With
+    fewer values there is no direction to read: False."""
+    g = np.asarray(g, dtype=np.float64)
+    out = np.zeros(g.shape, dtype=bool)
+    if g.shape[0] < 3:
+        return out
+    defined = np.isfinite(g)
+    counted = defined & (np.cumsum(defined, axis=0) > skip)
+    high = np.maximum.accumulate(np.where(counted, g, -np.inf), axis=0)  # high[j]: the highest to j
+    with np.errstate(invalid="ignore"):
+        out[2:] = counted[1:-1] & np.isfinite(high[:-2]) & (g[1:-1] >= high[:-2])
+    return out
+
+
 def _reads(shape: str) -> tuple[tuple[int, ...], int]:
     if shape not in JUMP_SHAPES:
         raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
@@ -662,6 +683,8 @@ def jump_alarms(
     way; or ``params.jump_spike`` times at one checkpoint, the next still x``SPIKE_STAYS`` above the
     level; these two where the saves they read are evenly spaced) and above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
+    before the layer settled, only where its attention step size is no longer in its first rise
+    (``rising``; ``params.jump_rising``: there too, the rules before it);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
     confirmed at the checkpoint that completes the evidence. Read on the checkpoints themselves (a
     jump is one save interval wide, whatever the cadence) and from the third defined value on,
@@ -691,6 +714,8 @@ def jump_alarms(
             high, high_o = above_settled(g, starts, shape), above_settled(go, starts, shape)
             # without the settled-high condition: read where it is (the straddle once settled)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
+            if not params.jump_rising:  # before the layer settled: not while it is still in its first rise
+                hit &= ~np.isposinf(high) | ~rising(g, params.warmup_skip)
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
