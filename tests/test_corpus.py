@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ pytest.importorskip("lightning")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.corpus import faults, recipes
-from benchmarks.corpus.common import SEQ_LEN, RunSpec, StepRecord, build_model, lm_loss
+from benchmarks.corpus.common import KERNEL_ENV, SEQ_LEN, RunSpec, StepRecord, build_model, lm_loss
 from benchmarks.corpus.generate import train_one
 from benchmarks.corpus.schedules import planned_lr
 from ckptscan.drills.evaluate import recipe_key
@@ -129,6 +130,7 @@ def test_one_tiny_run_per_stack(tmp_path, keep_threads):
             assert (run / trees[spec.framework].format(step)).is_file()
         assert truth["fault"] == spec.fault
         assert truth["versions"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert truth["versions"]["kernel_env"] == {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}
         assert truth["onset_step"] == (spec.onset if spec.fault != "none" else None)
         assert recipe_key(truth)  # the keys ckptscan eval pairs twins with are present
         for key in ("naming", "model", "seq_len", "batch_size", "framework", "optimizer", "schedule"):
@@ -182,8 +184,10 @@ def test_score_names_what_trained_the_runs():
             {"versions": avx512},
             {"versions": dict(avx512, cpu_capability="AVX2")},
             {"versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0"}},
+            {"versions": dict(avx512, cpu_capability="AVX2", kernel_env={"MKL_ENABLE_INSTRUCTIONS": "AVX2"})},
         ]
     )
-    assert text.count("(") == 3
+    assert text.count("run") == 4
+    assert "cpu_capability AVX2 (MKL_ENABLE_INSTRUCTIONS=AVX2) (1 run)" in text
     assert "cpu_capability AVX512 (2 runs)" in text and "cpu_capability AVX2 (1 run)" in text
     assert "cpu_capability not recorded (1 run)" in text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -357,11 +358,17 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            # ATen's level alone does not say which MKL / oneDNN kernels ran: these variables do
+            "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ},
         },
         "elapsed_s": round(time.perf_counter() - rec.t0, 2),
     }
     write_json(run / "truth.json", truth)
     return truth
+
+
+# environment variables that choose the CPU kernels of ATen, MKL and oneDNN (recorded where set)
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "DNNL_MAX_CPU_ISA")
 
 
 def _mean_tail(losses: list[float], n: int = 50) -> float | None:

@@ -106,6 +106,8 @@ def generated_with(truths: list[dict]) -> str:
             f"{k} {v[k]}" if k in v else f"{k} not recorded"
             for k in ("torch", "transformers", "cpu_capability")
         )
+        if v.get("kernel_env"):  # the variables that forced MKL / oneDNN kernels, where set
+            key += " (" + ", ".join(f"{k}={x}" for k, x in sorted(v["kernel_env"].items())) + ")"
         seen[key] += 1
     return "; ".join(f"{k} ({n} run{'s' if n != 1 else ''})" for k, n in sorted(seen.items()))
 
