@@ -864,6 +864,9 @@ def test_rising_against_a_hand_computation():
     assert r.tolist() == [False, False, False, False, True, True, False, True, False]
     assert not detect.rising(g, skip=0)[3, 0]  # 5 counted: 1 < 5
     assert not detect.rising(g[:2]).any()
+    # a rise from the value before that stays under an earlier high is not at the running high
+    h = detect.rising(np.log(np.array([np.nan, 9.0, 1.0, 3.0, 2.0, 2.5, 2.5]))[:, None])[:, 0]
+    assert h.tolist() == [False, False, False, False, True, False, False]
 
 
 def _early_climb(seed, at_step: int, factor: float = 2.0, warmup: int = 150):
@@ -882,22 +885,39 @@ def test_a_climb_while_the_step_size_still_rises_is_no_jump(tmp_path):
     """Saves every 10 steps, a linear warm-up over 150 steps: at step 60 the step size of every
     layer climbs x2 and keeps rising with the warm-up.  The old rule read a jump there, before any
     layer settled, and called the run ``high_lr`` from step 60.  Before a layer has settled, a jump
-    is now read only once its step size has stopped rising.  The same climb at step 300, after the
-    warm-up peak and before the run settled, is still read as a jump."""
+    read while its step size stood at its running high now needs x``Params.jump_rising`` (2): the
+    climb, read as about x1.8 over the level carried along the warm-up, is no jump.  A x5 climb
+    there is; so is the x2 climb at step 300, after the warm-up peak, before the run settled."""
     for seed in range(4):
         steps, s = _early_climb(seed, 60)
         t = Timeline.from_arrays(steps, s)
         starts = detect.layer_starts(t)
-        assert (steps[starts] > 60).all(), seed  # no layer had settled
-        old = judge(tmp_path, t, [], params=detect.Params(jump_rising=True))["verdict"]
+        assert (steps[starts] > 300).all(), seed  # no layer had settled
+        assert detect.rising(detect._model_steps(t)[0])[int(np.searchsorted(steps, 60))].all(), seed
+        old = judge(tmp_path, t, [], params=detect.Params(jump_rising=0.0))["verdict"]
         assert (old["decision"], old["earliest_step"]) == ("high_lr/jump", 60), seed
         v = judge(tmp_path, t, [])["verdict"]
         assert v["fault_type"] != "high_lr", (seed, v["decision"])
-        steps, s = _early_climb(seed, 300)
+        for at, factor in ((60, 5.0), (300, 2.0)):
+            t = Timeline.from_arrays(*_early_climb(seed, at, factor))
+            v = judge(tmp_path, t, [])["verdict"]
+            assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", at), (seed, at)
+
+
+def test_the_running_high_condition_holds_only_before_the_layer_settled():
+    """The x2 climb at step 60 of the test above, with the layers taken as settled from their
+    first checkpoint: a jump (the running-high condition is not read once settled); taken as never
+    settled: none, counted or not (``settled_high=False``, the reader's uncounted jump)."""
+    for seed in range(4):
+        steps, s = _early_climb(seed, 60)
         t = Timeline.from_arrays(steps, s)
-        assert (steps[detect.layer_starts(t)] > 300).all(), seed
-        v = judge(tmp_path, t, [])["verdict"]
-        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 300), seed
+        settled = detect.jump_alarms(t, starts=np.zeros(L, dtype=int))
+        assert settled and {a.first_step for a in settled} == {60}, seed
+        never = np.full(L, len(steps))
+        assert all(a.first_step != 60 for a in detect.jump_alarms(t, starts=never)), seed
+        assert all(a.first_step != 60 for a in detect.jump_alarms(t, starts=never, settled_high=False)), seed
+        old = detect.Params(jump_rising=0.0)
+        assert {a.first_step for a in detect.jump_alarms(t, old, starts=never)} == {60}, seed
 
 
 def _diverging_log(path, at: int, last: int = 2000) -> None:

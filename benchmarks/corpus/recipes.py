@@ -376,10 +376,9 @@ def holdout12() -> list[RunSpec]:
 
 
 def holdout13() -> list[RunSpec]:
-    """A sixteenth held-out part, generated after a jump read before a layer settled stopped
-    counting while the layer's step size was still in its first rise (``detect.rising``), chosen
-    on holdout12 trained twice and holdout11's healthy runs: other seeds (1700-1744), the cycles
-    shifted by 15."""
+    """A sixteenth held-out part, generated after a jump read before a layer settled, where its
+    step size stood at its running high, came to need x2 (``detect.rising``), chosen on holdout12
+    trained twice and holdout11's healthy runs: other seeds (1700-1744), the cycles shifted by 15."""
     return _held_out(seed0=1700, shift=15)
 
 

@@ -25,9 +25,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
    step size is off in enough layers (``_broad``).
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the third defined
-   value on, settled or not (but before the layer settled, not while its step size is still in its
-   first rise, ``rising``: early in a run saved often, the updates of successive steps start to add
-   up and the step size climbs by a jump's factor within one save interval): the step size of the
+   value on, settled or not (but before the layer settled, where its step size stands at its
+   running high, ``rising``, only a jump of ``jump_rising`` times: early in a run saved often the
+   step size can climb by ``jump`` within one save interval with no LR jump): the step size of the
    attention q/k updates *and* of the output projections standing ``jump`` times above its level
    just before, at two checkpoints in a row (or at the two after a checkpoint that rose part way,
    where the layer has settled: a jump between two saves; or ``jump_spike`` times at one
@@ -114,8 +114,8 @@ class Params:
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
-    jump_rising: bool = False  # ... read before the layer settled, also while its step size is still in
-    #                            its first rise (``rising``; True: the rules before this parameter)
+    jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
+    #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
     rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
@@ -584,10 +584,11 @@ def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump")
 
 
 def rising(g: np.ndarray, skip: int = 1) -> np.ndarray:
-    """[N, L] log step sizes -> [N, L] bool: at checkpoint i, the series is still in its first
-    rise: the value at i - 1 stands at or above every value before it (its first ``skip`` defined
-    values aside, as a baseline sets them aside; at least one such value before i - 1).  With
-    fewer values there is no direction to read: False."""
+    """[N, L] log step sizes -> [N, L] bool: at checkpoint i, the series stood at its running
+    high just before: the value at i - 1 at or above every value before it (its first ``skip``
+    defined values aside, as a baseline sets them aside; at least one such value before i - 1).
+    With fewer values there is no direction to read: False.  Early in a run, a step size still
+    rising (a warm-up, the first updates starting to add up)."""
     g = np.asarray(g, dtype=np.float64)
     out = np.zeros(g.shape, dtype=bool)
     if g.shape[0] < 3:
@@ -683,12 +684,12 @@ def jump_alarms(
     way; or ``params.jump_spike`` times at one checkpoint, the next still x``SPIKE_STAYS`` above the
     level; these two where the saves they read are evenly spaced) and above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
-    before the layer settled, only where its attention step size is no longer in its first rise
-    (``rising``; ``params.jump_rising``: there too, the rules before it);
+    before the layer settled and where its attention step size stood at its running high just
+    before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
     confirmed at the checkpoint that completes the evidence. Read on the checkpoints themselves (a
     jump is one save interval wide, whatever the cadence) and from the third defined value on,
-    before the run settles too: a jump at the end of the warm-up is the commonest. Nothing to read
+    before the run settles too: a jump soon after the end of the warm-up is common. Nothing to read
     without output projections (the q/k updates of a collapsing layer jump too). ``point_of``:
     checkpoint index -> scored point (the block it falls in).  ``settled_high=False``: the jump
     as read without the settled-high condition (``uncounted_jump``: evidence for the reader,
@@ -714,8 +715,9 @@ def jump_alarms(
             high, high_o = above_settled(g, starts, shape), above_settled(go, starts, shape)
             # without the settled-high condition: read where it is (the straddle once settled)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
-            if not params.jump_rising:  # before the layer settled: not while it is still in its first rise
-                hit &= ~np.isposinf(high) | ~rising(g, params.warmup_skip)
+            if params.jump_rising > 0:  # before the layer settled, at its running high: a larger jump
+                early = np.isposinf(high) & rising(g, params.warmup_skip)
+                hit &= ~early | (f > np.log(max(times, params.jump_rising)))
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
