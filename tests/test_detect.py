@@ -920,6 +920,41 @@ def test_the_running_high_condition_holds_only_before_the_layer_settled():
         assert {a.first_step for a in detect.jump_alarms(t, old, starts=never)} == {60}, seed
 
 
+def _straddled(seed, at_step: int, factor: float = 3.0, part: float = 1.6):
+    """``_early_climb``'s run with an LR x``factor`` that changed between two saves: the interval
+    ending at ``at_step`` ran part of its steps at the new rate (x``part``), the later ones all."""
+    steps, s = _fine_run_with_projections(seed, warmup=150)
+    j = int(np.searchsorted(steps, at_step))
+    for name in _STEP_NAMES:
+        s[name][j] *= part
+        s[name][j + 1 :] *= factor
+    return steps, s
+
+
+def test_a_straddled_jump_is_read_before_settling_off_the_running_high(tmp_path):
+    """Saves every 10 steps, warm-up 150 steps: an LR x3 between the saves at 290 and 300, after
+    the step size's peak, before any layer settled.  At 300 the step size rose x1.6 and x3 from
+    310 on: the two-checkpoint shape reads x1.6 against a level that carries 300's rise along, too
+    little; the straddle (the values at 310 and 320, 300 having risen part way) reads it, but was
+    not read before the layer settled (``straddle_early`` false: the run was never examined, the
+    loss never diverged: ``inconclusive``).  It is read there now, except where the step size stood
+    at its running high: the same change at step 60, in the warm-up, is no jump."""
+    for seed in range(4):
+        steps, s = _straddled(seed, 300)
+        t = Timeline.from_arrays(steps, s)
+        assert (steps[detect.layer_starts(t)] > 320).all(), seed
+        old = judge(tmp_path, t, [], params=detect.Params(straddle_early=False))["verdict"]
+        assert old.get("decision") != "high_lr/jump", (seed, old.get("decision"))
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 300), (seed, v.get("decision"))
+        steps, s = _straddled(seed, 60)
+        t = Timeline.from_arrays(steps, s)
+        g = detect._model_steps(t)[0]
+        i = int(np.searchsorted(steps, 60))
+        assert (detect.jump_score(g, "straddle")[i] > np.log(1.6)).all() and detect.rising(g)[i].all(), seed
+        assert all(a.first_step != 60 for a in detect.jump_alarms(t, starts=detect.layer_starts(t))), seed
+
+
 def _diverging_log(path, at: int, last: int = 2000) -> None:
     """metrics.jsonl in ``path``: a loss that trains down from 3 nats, then from step ``at`` on
     stands 2 nats above its best."""
@@ -1564,11 +1599,12 @@ def test_a_jump_between_two_saves_is_read_where_it_began(tmp_path):
         assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", steps[60])
 
 
-def test_a_straddled_rise_is_read_only_once_the_layer_settled():
+def test_a_straddled_rise_before_settling_is_read_only_off_the_running_high():
     """Read over three save intervals, a warm-up that accelerates looks like a straddled jump: the
-    straddle shape is not read before the layer settled (``above_settled`` is NaN there, not +inf
-    as for the other shapes).  The price: a straddled LR jump (x1.45, then x2.5) before the layers
-    settled raises nothing (the same jump after it: the test before)."""
+    straddle shape was not read before the layer settled (``above_settled`` is NaN there, not +inf
+    as for the other shapes, unless asked with ``straddle_early``).  The price was that a straddled
+    LR jump (x1.45, then x2.5) before the layers settled raised nothing (``straddle_early`` false);
+    it is read now, its step size being off its running high (the warm-up peaked at step 100)."""
     g = np.log(np.array([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0]))[:, None]
     starts = np.array([3])
     for shape in ("jump", "spike"):
@@ -1576,12 +1612,16 @@ def test_a_straddled_rise_is_read_only_once_the_layer_settled():
     st = detect.above_settled(g, starts, "straddle")[:, 0]
     assert np.isnan(st[:4]).all() and np.isfinite(st[4]) and np.isnan(st[5:]).all()
     np.testing.assert_allclose(st[4], 0.0)  # the values at 5 and 6 against the high of 3 and 4
+    early = detect.above_settled(g, starts, "straddle", straddle_early=True)[:, 0]
+    assert np.isposinf(early[:4]).all() and np.allclose(early[4], 0.0)
     for seed in range(4):
         steps, s = _lr_jump_after_settling(seed, 25, 1.45, 2.5)
         t = Timeline.from_arrays(steps, s)
         starts = detect.layer_starts(t)
         assert (starts > 26).all(), seed
-        assert detect.jump_alarms(t, starts=starts) == [], seed
+        assert detect.jump_alarms(t, detect.Params(straddle_early=False), starts=starts) == [], seed
+        alarms = detect.jump_alarms(t, starts=starts)
+        assert {(a.first_step, a.shape) for a in alarms} == {(steps[25], "straddle")}, seed
 
 
 def test_a_spike_that_stays_above_is_a_jump_where_saves_are_even():

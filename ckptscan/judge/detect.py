@@ -30,16 +30,16 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    step size can climb by ``jump`` within one save interval with no LR jump): the step size of the
    attention q/k updates *and* of the output projections standing ``jump`` times above its level
    just before, at two checkpoints in a row (or at the two after a checkpoint that rose part way,
-   where the layer has settled: a jump between two saves; or ``jump_spike`` times at one
-   checkpoint, the next still ``SPIKE_STAYS`` times above the level: Adam takes a jump and falls
-   back within a long interval; these two where the saves are evenly spaced), and above anything it
-   had since the layer settled, in three quarters of the layers read (two at least where two or
-   more are).  A too-large LR that jumps moves the whole model at once; a warm-up rises gradually,
-   a restart returns to a level already seen, and the low-precision fault leaves the output
-   projections alone.  A shift alarm (4.) likewise counts only where the step size is above its
-   settled high (``above_settled``).  A jump that stays below it is reported, never counted
-   (``uncounted_jump``).  One checkpoint of such a jump (``model_jump``) is evidence for the
-   classifier next to a collapse, never an alarm.
+   where the layer has settled or its step size is not at its running high: a jump between two
+   saves; or ``jump_spike`` times at one checkpoint, the next still ``SPIKE_STAYS`` times above the
+   level: Adam takes a jump and falls back within a long interval; these two where the saves are
+   evenly spaced), and above anything it had since the layer settled, in three quarters of the
+   layers read (two at least where two or more are).  A too-large LR that jumps moves the whole
+   model at once; a warm-up rises gradually, a restart returns to a level already seen, and the
+   low-precision fault leaves the output projections alone.  A shift alarm (4.) likewise counts
+   only where the step size is above its settled high (``above_settled``).  A jump that stays below
+   it is reported, never counted (``uncounted_jump``).  One checkpoint of such a jump
+   (``model_jump``) is evidence for the classifier next to a collapse, never an alarm.
 6. *A collapse read by its depth* (``depth_alarms``), on the checkpoints: a head's D2 entropy
    below ``depth`` of its settled level (the median of its first values examined) ``persist``
    checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
@@ -114,6 +114,8 @@ class Params:
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
+    straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
+    #                              not at its running high (``rising``; False: the rules before)
     jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
     #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
@@ -554,12 +556,16 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
     return out
 
 
-def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump") -> np.ndarray:
+def above_settled(
+    g: np.ndarray, starts: np.ndarray | None, shape: str = "jump", straddle_early: bool = False
+) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values that
     ``jump_score`` reads for ``shape`` stand above the highest value of the layer since it settled
     (``layer_starts``: from its first examined checkpoint to i - 1); +inf where the layer had not
     settled before i (nothing to compare with), except for ``"straddle"``: NaN there (read over
-    three intervals, a warm-up that accelerates looks like a jump); NaN where a value read is
+    three intervals, a warm-up that accelerates looks like a jump) unless ``straddle_early``
+    (``jump_alarms`` then reads it only where the step size is not at its running high); NaN where
+    a value read is
     undefined.  A restart of the schedule (cosine with warm restarts) returns the step size to a
     level the settled run has had; a too-large LR goes above."""
     read = _reads(shape)[0]  # the values read, after i
@@ -578,7 +584,7 @@ def above_settled(g: np.ndarray, starts: np.ndarray | None, shape: str = "jump")
                 continue
             if i > s0:
                 out[i, layer] = values.min() - high[i]
-            elif shape != "straddle":
+            elif shape != "straddle" or straddle_early:
                 out[i, layer] = np.inf
     return out
 
@@ -685,7 +691,8 @@ def jump_alarms(
     level; these two where the saves they read are evenly spaced) and above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
     before the layer settled and where its attention step size stood at its running high just
-    before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too);
+    before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
+    not at all in the straddle shape (read before settling only with ``params.straddle_early``);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
     confirmed at the checkpoint that completes the evidence. Read on the checkpoints themselves (a
     jump is one save interval wide, whatever the cadence) and from the third defined value on,
@@ -712,12 +719,18 @@ def jump_alarms(
         f = np.minimum(qk, jump_score(go, shape))  # both must have jumped (NaN where either is unread)
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
-            high, high_o = above_settled(g, starts, shape), above_settled(go, starts, shape)
+            early_ok = params.straddle_early
+            high, high_o = (
+                above_settled(g, starts, shape, early_ok),
+                above_settled(go, starts, shape, early_ok),
+            )
             # without the settled-high condition: read where it is (the straddle once settled)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
             if params.jump_rising > 0:  # before the layer settled, at its running high: a larger jump
                 early = np.isposinf(high) & rising(g, params.warmup_skip)
                 hit &= ~early | (f > np.log(max(times, params.jump_rising)))
+            if shape == "straddle" and early_ok:  # before settling: never at the running high (a warm-up)
+                hit &= ~(np.isposinf(high) & rising(g, params.warmup_skip))
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
