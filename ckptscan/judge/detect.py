@@ -724,12 +724,14 @@ def jump_alarms(
                 above_settled(g, starts, shape, early_ok),
                 above_settled(go, starts, shape, early_ok),
             )
-            # without the settled-high condition: read where it is (the straddle once settled)
+            # without the settled-high condition: read where it is (the straddle once settled, or
+            # before settling with straddle_early, off the running high: the condition below)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
             if params.jump_rising > 0:  # before the layer settled, at its running high: a larger jump
                 early = np.isposinf(high) & rising(g, params.warmup_skip)
                 hit &= ~early | (f > np.log(max(times, params.jump_rising)))
-            if shape == "straddle" and early_ok:  # before settling: never at the running high (a warm-up)
+            # before settling, never at the running high (a warm-up; this makes jump_rising moot here)
+            if shape == "straddle" and early_ok:
                 hit &= ~(np.isposinf(high) & rising(g, params.warmup_skip))
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
