@@ -565,8 +565,7 @@ def above_settled(
     settled before i (nothing to compare with), except for ``"straddle"``: NaN there (read over
     three intervals, a warm-up that accelerates looks like a jump) unless ``straddle_early``
     (``jump_alarms`` then reads it only where the step size is not at its running high); NaN where
-    a value read is
-    undefined.  A restart of the schedule (cosine with warm restarts) returns the step size to a
+    a value read is undefined.  A restart of the schedule (cosine with warm restarts) returns the step size to a
     level the settled run has had; a too-large LR goes above."""
     read = _reads(shape)[0]  # the values read, after i
     g = np.asarray(g, dtype=np.float64)
@@ -711,6 +710,7 @@ def jump_alarms(
     factor = np.full(g.shape, np.nan)
     ahead = np.zeros(g.shape, dtype=int)
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
+    at_high = rising(g, params.warmup_skip)  # the attention step size at its running high (every shape)
     for shape, (_, n_ahead) in JUMP_SHAPES.items():
         times = thresholds[shape]
         if times <= 0:
@@ -719,20 +719,18 @@ def jump_alarms(
         f = np.minimum(qk, jump_score(go, shape))  # both must have jumped (NaN where either is unread)
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
-            early_ok = params.straddle_early
             high, high_o = (
-                above_settled(g, starts, shape, early_ok),
-                above_settled(go, starts, shape, early_ok),
+                above_settled(g, starts, shape, params.straddle_early),
+                above_settled(go, starts, shape, params.straddle_early),
             )
             # without the settled-high condition: read where it is (the straddle once settled, or
             # before settling with straddle_early, off the running high: the condition below)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
             if params.jump_rising > 0:  # before the layer settled, at its running high: a larger jump
-                early = np.isposinf(high) & rising(g, params.warmup_skip)
-                hit &= ~early | (f > np.log(max(times, params.jump_rising)))
+                hit &= ~(np.isposinf(high) & at_high) | (f > np.log(max(times, params.jump_rising)))
             # before settling, never at the running high (a warm-up; this makes jump_rising moot here)
-            if shape == "straddle" and early_ok:
-                hit &= ~(np.isposinf(high) & rising(g, params.warmup_skip))
+            if shape == "straddle" and params.straddle_early:
+                hit &= ~(np.isposinf(high) & at_high)
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
