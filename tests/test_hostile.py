@@ -535,6 +535,50 @@ def test_a_replay_file_that_never_finishes_reading_is_skipped_at_the_time_limit(
     assert np.isnan(act[1]).all() and np.isfinite(act[[0, 2, 3]]).all()
 
 
+# the worker as ckptscan starts it, after a pause: a machine too busy to start a process quickly
+SLOW_START = (
+    "import sys, time, runpy; time.sleep(float(sys.argv[1])); "
+    "runpy.run_module('ckptscan.replay.check', run_name='__main__')"
+)
+
+
+def _small_h5(path: Path) -> Path:
+    with h5py.File(path, "w") as h:
+        h.create_dataset("x", data=np.arange(64, dtype="f4").reshape(8, 8))
+    return path
+
+
+def test_the_replay_time_limit_counts_the_read_not_the_workers_start(tmp_path):
+    """A worker that takes 2 s to start, a limit of 1 s per file: a good file is read (the limit
+    covered the start as well until the worker said when it is ready)."""
+    from ckptscan.replay.check import ReplayChecker
+
+    checker = ReplayChecker(timeout=1.0)
+    checker.command = [sys.executable, "-c", SLOW_START, "2"]
+    try:
+        assert checker.check(_small_h5(tmp_path / "a.h5"), 2**30) == []
+        assert checker.check(_small_h5(tmp_path / "b.h5"), 2**30) == []  # the same worker, no new start
+    finally:
+        checker.close()
+
+
+def test_a_worker_that_does_not_start_refuses_the_files_by_its_own_reason(tmp_path):
+    from ckptscan.errors import ReplayError
+    from ckptscan.replay.check import ReplayChecker
+
+    checker = ReplayChecker(timeout=5.0, start_timeout=0.5)
+    checker.command = [sys.executable, "-c", SLOW_START, "30"]
+    try:
+        with pytest.raises(ReplayError, match=r"worker process .* did not start within 0.5 s"):
+            checker.check(_small_h5(tmp_path / "a.h5"), 2**30)
+        t0 = time.monotonic()  # no second wait for a worker that could not start
+        with pytest.raises(ReplayError, match="did not start") as err:
+            checker.check(_small_h5(tmp_path / "b.h5"), 2**30)
+        assert time.monotonic() - t0 < 0.4 and "b.h5" in str(err.value)
+    finally:
+        checker.close()
+
+
 RESAVE = """
 import sys, torch
 from pathlib import Path

@@ -11,7 +11,9 @@ through, a bounded slice at a time.  A worker that does not answer within the ti
 and the file is refused (``ReplayError``); the worker is restarted for the next file.  The worker
 also reports the external files a dataset reads, so the summary can note inputs outside the run.
 
-The time limit is ``CKPTSCAN_REPLAY_TIMEOUT`` seconds (default ``DEFAULT_TIMEOUT``).
+The time limit is ``CKPTSCAN_REPLAY_TIMEOUT`` seconds (default ``DEFAULT_TIMEOUT``), per file, counted
+from the moment the worker said it is ready: the worker's own start (an interpreter and h5py, slow
+on a busy machine) has ``START_TIMEOUT`` apart.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 
 DEFAULT_TIMEOUT = 60.0
 TIMEOUT_ENV = "CKPTSCAN_REPLAY_TIMEOUT"
+# the worker's own start (an interpreter, h5py) is not a file's read: it has this long, apart
+START_TIMEOUT = 300.0
 SLICE_BYTES = 64 * 2**20  # the worker reads datasets through in slices of about this size
 
 
@@ -113,6 +117,9 @@ def _serve() -> None:
     """The worker's loop: one JSON request per line on stdin, one JSON answer per line on stdout.  Its
     address space is capped at what it uses plus the memory budget, so a declaration the checks above
     do not cover (an attribute of a huge shape) fails here, not on the machine."""
+    import h5py  # noqa: F401 -- imported before the worker says it is ready: its start is not timed
+
+    print(json.dumps({"ready": True}), flush=True)
     capped = False
     for line in sys.stdin:
         req = json.loads(line)
@@ -154,10 +161,14 @@ def timeout_s() -> float:
 
 
 class ReplayChecker:
-    """One worker process, started on first use and restarted after a timeout; ``close()`` ends it."""
+    """One worker process, started on first use and restarted after a timeout; ``close()`` ends it.
+    The time limit covers a file's read, not the worker's start (``_start``)."""
 
-    def __init__(self, timeout: float | None = None):
+    def __init__(self, timeout: float | None = None, start_timeout: float = START_TIMEOUT):
         self.timeout = timeout_s() if timeout is None else timeout
+        self.start_timeout = start_timeout
+        self._start_failed = ""  # why the worker could not start (then no file is sent to one)
+        self.command = [sys.executable, "-m", "ckptscan.replay.check"]
         self._proc: subprocess.Popen | None = None
         self._answers: queue.Queue = queue.Queue()
 
@@ -166,7 +177,7 @@ class ReplayChecker:
         directory); ``ReplayError`` when it must not be read, or did not answer in time."""
         from ckptscan.errors import ReplayError
 
-        proc = self._start()
+        proc = self._start(path)
         assert proc.stdin is not None  # _start opens the worker with stdin=PIPE
         try:
             proc.stdin.write(json.dumps({"path": str(path), "budget": budget}) + "\n")
@@ -191,13 +202,21 @@ class ReplayChecker:
             raise ReplayError(answer["error"], path)
         return [Path(p) if os.path.isabs(p) else Path.cwd() / p for p in answer["external"]]
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self, path: Path) -> subprocess.Popen:
+        """The worker, started and ready (its interpreter and h5py loaded): the time limit of a file
+        counts from here, so a machine too busy to start a process quickly does not refuse good
+        files.  A worker that did not get ready within ``START_TIMEOUT`` s refuses this file and
+        every later one at once (``ReplayError``, naming the worker, not the file)."""
+        from ckptscan.errors import ReplayError
+
+        if self._start_failed:
+            raise ReplayError(self._start_failed, path)
         if self._proc is None:
             env = dict(os.environ)
             here = str(Path(__file__).resolve().parents[2])  # ckptscan importable as it is here
             env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "ckptscan.replay.check"],
+                self.command,
                 env=env,
                 text=True,
                 stdin=subprocess.PIPE,
@@ -205,6 +224,23 @@ class ReplayChecker:
             )
             self._answers = queue.Queue()
             threading.Thread(target=_pump, args=(self._proc.stdout, self._answers), daemon=True).start()
+            try:
+                ready = self._answers.get(timeout=self.start_timeout)
+            except queue.Empty:
+                ready = None
+            if ready is None or not json.loads(ready).get("ready"):
+                code = self._proc.poll()
+                self.close()
+                self._start_failed = (
+                    "the worker process that reads replay files "
+                    + (
+                        f"did not start within {self.start_timeout:g} s"
+                        if code is None
+                        else f"ended (exit status {code}) before it was ready"
+                    )
+                    + " (the file was not read)"
+                )
+                raise ReplayError(self._start_failed, path)
         return self._proc
 
     def close(self) -> None:
