@@ -571,10 +571,50 @@ def test_a_worker_that_does_not_start_refuses_the_files_by_its_own_reason(tmp_pa
     try:
         with pytest.raises(ReplayError, match=r"worker process .* did not start within 0.5 s"):
             checker.check(_small_h5(tmp_path / "a.h5"), 2**30)
+        b = _small_h5(tmp_path / "b.h5")
         t0 = time.monotonic()  # no second wait for a worker that could not start
         with pytest.raises(ReplayError, match="did not start") as err:
-            checker.check(_small_h5(tmp_path / "b.h5"), 2**30)
+            checker.check(b, 2**30)
         assert time.monotonic() - t0 < 0.4 and "b.h5" in str(err.value)
+    finally:
+        checker.close()
+
+
+def test_a_worker_that_ends_before_it_is_ready_is_named_with_its_exit_status(tmp_path):
+    from ckptscan.errors import ReplayError
+    from ckptscan.replay.check import ReplayChecker
+
+    checker = ReplayChecker(timeout=5.0)
+    checker.command = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    try:
+        for name in ("a.h5", "b.h5"):  # each file tries a new worker: an exit is not a hang
+            with pytest.raises(ReplayError, match=r"ended \(exit status 3\) before it was ready"):
+                checker.check(_small_h5(tmp_path / name), 2**30)
+    finally:
+        checker.close()
+
+
+def test_a_line_the_worker_prints_before_its_answers_is_not_taken_for_one(tmp_path):
+    """Something in the interpreter's start-up prints (a sitecustomize): until the worker's lines
+    were read by what they are, that line was the first file's answer, and every later answer
+    went to the file before it (a damaged file passed, a good one was refused)."""
+    from ckptscan.errors import ReplayError
+    from ckptscan.replay.check import ReplayChecker
+
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"not an HDF5 file at all")
+    checker = ReplayChecker(timeout=10.0)
+    checker.command = [
+        sys.executable,
+        "-c",
+        "print('banner', flush=True); print('[1]', flush=True); print('{}', flush=True); " + SLOW_START,
+        "0",
+    ]
+    try:
+        assert checker.check(_small_h5(tmp_path / "a.h5"), 2**30) == []
+        with pytest.raises(ReplayError, match="not a readable HDF5 replay file"):
+            checker.check(bad, 2**30)
+        assert checker.check(_small_h5(tmp_path / "c.h5"), 2**30) == []
     finally:
         checker.close()
 

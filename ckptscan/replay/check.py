@@ -25,6 +25,8 @@ import queue
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_TIMEOUT = 60.0
@@ -161,8 +163,9 @@ def timeout_s() -> float:
 
 
 class ReplayChecker:
-    """One worker process, started on first use and restarted after a timeout; ``close()`` ends it.
-    The time limit covers a file's read, not the worker's start (``_start``)."""
+    """One worker process, started on first use and restarted after a timeout or an exit (not after
+    a start that timed out: ``_start``); ``close()`` ends it.  The time limit covers a file's read,
+    not the worker's start."""
 
     def __init__(self, timeout: float | None = None, start_timeout: float = START_TIMEOUT):
         self.timeout = timeout_s() if timeout is None else timeout
@@ -182,7 +185,10 @@ class ReplayChecker:
         try:
             proc.stdin.write(json.dumps({"path": str(path), "budget": budget}) + "\n")
             proc.stdin.flush()
-            line = self._answers.get(timeout=self.timeout)
+            answer = self._read(
+                time.monotonic() + self.timeout,
+                lambda a: isinstance(a.get("error"), str) or isinstance(a.get("external"), list),
+            )
         except queue.Empty:
             self.close()
             raise ReplayError(
@@ -193,20 +199,45 @@ class ReplayChecker:
         except OSError as err:  # the worker died (killed from outside, out of memory)
             self.close()
             raise ReplayError(f"the worker reading it failed ({err.strerror or err})", path) from None
-        if line is None:
-            code = proc.poll()
+        if answer is None:
+            code = self._exit_status()
             self.close()
             raise ReplayError(f"the worker reading it ended (exit status {code}) before answering", path)
-        answer = json.loads(line)
         if "error" in answer:
             raise ReplayError(answer["error"], path)
         return [Path(p) if os.path.isabs(p) else Path.cwd() / p for p in answer["external"]]
 
+    def _read(self, deadline: float, wanted: Callable[[dict], bool]) -> dict | None:
+        """The worker's next line that is a JSON object ``wanted`` accepts; any other line is
+        skipped (something in the interpreter's start-up, a ``sitecustomize``, may print: it is not
+        an answer, and taking it for one would pair every later answer with the wrong file).
+        None: the worker's output ended; ``queue.Empty`` at ``deadline`` (``time.monotonic()``)."""
+        while True:
+            line = self._answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line is None:
+                return None
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and wanted(obj):
+                return obj
+
+    def _exit_status(self) -> int | None:
+        """The worker's exit status once its output ended (it may not have been reaped yet)."""
+        assert self._proc is not None
+        try:
+            return self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _start(self, path: Path) -> subprocess.Popen:
         """The worker, started and ready (its interpreter and h5py loaded): the time limit of a file
         counts from here, so a machine too busy to start a process quickly does not refuse good
-        files.  A worker that did not get ready within ``START_TIMEOUT`` s refuses this file and
-        every later one at once (``ReplayError``, naming the worker, not the file)."""
+        files.  A worker that did not get ready within ``start_timeout`` s refuses this file, and
+        this checker refuses every later one at once, without a new wait (``ReplayError``, naming
+        the worker, not the file); one that ended before it was ready refuses this file, and the
+        next file starts a new one."""
         from ckptscan.errors import ReplayError
 
         if self._start_failed:
@@ -224,23 +255,21 @@ class ReplayChecker:
             )
             self._answers = queue.Queue()
             threading.Thread(target=_pump, args=(self._proc.stdout, self._answers), daemon=True).start()
+            worker = "the worker process that reads replay files"
             try:
-                ready = self._answers.get(timeout=self.start_timeout)
+                ready = self._read(time.monotonic() + self.start_timeout, lambda a: a.get("ready") is True)
             except queue.Empty:
-                ready = None
-            if ready is None or not json.loads(ready).get("ready"):
-                code = self._proc.poll()
                 self.close()
                 self._start_failed = (
-                    "the worker process that reads replay files "
-                    + (
-                        f"did not start within {self.start_timeout:g} s"
-                        if code is None
-                        else f"ended (exit status {code}) before it was ready"
-                    )
-                    + " (the file was not read)"
+                    f"{worker} did not start within {self.start_timeout:g} s (the file was not read)"
                 )
-                raise ReplayError(self._start_failed, path)
+                raise ReplayError(self._start_failed, path) from None
+            if ready is None:
+                code = self._exit_status()
+                self.close()
+                raise ReplayError(
+                    f"{worker} ended (exit status {code}) before it was ready (the file was not read)", path
+                )
         return self._proc
 
     def close(self) -> None:
