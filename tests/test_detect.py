@@ -923,11 +923,10 @@ def test_the_running_high_condition_holds_only_before_the_layer_settled():
 def _straddled(seed, at_step: int, factor: float = 3.0, part: float = 1.6):
     """``_early_climb``'s run with an LR x``factor`` that changed between two saves: the interval
     ending at ``at_step`` ran part of its steps at the new rate (x``part``), the later ones all."""
-    steps, s = _fine_run_with_projections(seed, warmup=150)
+    steps, s = _early_climb(seed, at_step, factor)
     j = int(np.searchsorted(steps, at_step))
     for name in _STEP_NAMES:
-        s[name][j] *= part
-        s[name][j + 1 :] *= factor
+        s[name][j] *= part / factor
     return steps, s
 
 

@@ -565,8 +565,8 @@ def above_settled(
     settled before i (nothing to compare with), except for ``"straddle"``: NaN there (read over
     three intervals, a warm-up that accelerates looks like a jump) unless ``straddle_early``
     (``jump_alarms`` then reads it only where the step size is not at its running high); NaN where
-    a value read is undefined.  A restart of the schedule (cosine with warm restarts) returns the step size to a
-    level the settled run has had; a too-large LR goes above."""
+    a value read is undefined.  A restart of the schedule (cosine with warm restarts) returns the
+    step size to a level the settled run has had; a too-large LR goes above."""
     read = _reads(shape)[0]  # the values read, after i
     g = np.asarray(g, dtype=np.float64)
     n, n_l = g.shape
