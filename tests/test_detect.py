@@ -508,6 +508,32 @@ def test_a_layer_that_wakes_up_late_goes_through_its_own_early_phase():
         assert detect.detect(t, awake), seed
 
 
+def test_a_layer_left_at_its_initial_scale_after_settling_raises_no_alarm():
+    """A layer settles while every QK form is still at its initial scale; then the other layer
+    learns (its ||M|| grows a hundredfold) and this one stays behind, below 1/20 of it: dormant
+    from then on (SGD runs in the corpus: layer 1 of a two-layer model).  Its heads' D2 entropy
+    collapsing there is not a fault (the old rules raised a structure alarm); the same collapse in
+    the layer that learns still is."""
+    for seed in range(5):
+        steps, s = _fine_run(seed, warmup=50)
+        m = np.full((len(steps), L, H), 0.02)
+        m[:, 0] *= np.exp(np.clip((steps - 400) / 200, 0, 1) * np.log(100))[:, None]  # x100 by step 600
+        s["attn.M.spectral_norm"] = m
+        asleep, _ = detect.dormant(Timeline.from_arrays(steps, s))
+        assert not asleep[:40].any() and asleep[steps >= 600, 1].all() and not asleep[:, 0].any()
+        for layer, expect in ((1, False), (0, True)):
+            hit = {n: v.copy() for n, v in s.items()}
+            hit["attn.D2.entropy2"][steps > 1000, layer, :2] = 0.1
+            t = Timeline.from_arrays(steps, hit)
+            assert detect.layer_starts(t)[1] < 40  # settled while awake: examined from then on
+            # (layer 0's own growth raises a logits alarm under both rules: it is awake)
+            old = [a for a in detect.detect(t, detect.Params(asleep=False)) if a.role == "structure"]
+            assert old and {a.layer for a in old} == {layer}, (seed, layer)
+            found = [a for a in detect.detect(t) if a.role == "structure"]
+            assert bool(found) == expect, (seed, layer, found)
+            assert all(a.layer == 0 for a in detect.detect(t)), (seed, layer)
+
+
 def _long_fine_run(seed, dip=True, collapse=False):
     """4,000 steps saved every 10 (400 checkpoints) that settle at step 200: two heads of layer 1
     dip to 0.2 for 150 steps at step 2000 (``dip``; a healthy run's transient), or collapse to 0.1

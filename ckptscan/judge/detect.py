@@ -7,7 +7,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    has left its early phase, read from its weights: its step size (``step_size``, the log of its
    median update ratio) has fallen to half its peak, or it is 4x as old as at that peak; a layer or
    head whose QK form is still below 1/20 of the largest head's is not learning yet and settles
-   again after it wakes up.  Too little examined makes the verdict inconclusive (``examination``).
+   again after it wakes up; an alarm whose layer (head) is below that line at its trigger point
+   does not count (``_drop_asleep``).  Too little examined makes the verdict inconclusive
+   (``examination``).
 2. *The run's own time scale* (``block_size``, ``coarsen``): checkpoints closer than a quarter of
    the run's settling time are scored in blocks (medians), so that every rule below, counted in
    points, means the same at any save cadence; and in blocks large enough that at most
@@ -122,6 +124,8 @@ class Params:
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
     rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
     #                    level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
+    #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
     #                    under its level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
 
@@ -1452,6 +1456,8 @@ def run_detection(
         alarms += rise_alarms(fine, params, block, detectors, fine_starts)
         alarms += fall_alarms(fine, params, block, detectors, fine_starts)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
+    if params.asleep:
+        alarms = _drop_asleep(alarms, timeline, params)
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(
@@ -1507,6 +1513,24 @@ def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
         )
 
     return [a for a in alarms if a not in heads or a.score >= params.z_lone or accompanied(a)]
+
+
+def _drop_asleep(alarms: list[Alarm], timeline, params: Params) -> list[Alarm]:
+    """``alarms`` less those of a layer (a head, for a per-head alarm) that was ``dormant`` at the
+    alarm's trigger point (``timeline``: the scored points' timeline, ``Alarm.index`` counts its
+    points).  A layer that settled while every QK form was at its initial scale, and stayed there
+    while another layer learned, moves from a level that is noise when it does move (SGD): its
+    D2 entropy falls, its update ratios and ||M|| grow, and none of it is a fault."""
+    layers, heads = dormant(timeline, params)
+
+    def asleep(a: Alarm) -> bool:
+        if not 0 <= a.index < len(layers):
+            return False
+        if a.head is not None and a.layer < heads.shape[1] and a.head < heads.shape[2]:
+            return bool(heads[a.index, a.layer, a.head])
+        return a.layer < layers.shape[1] and bool(layers[a.index, a.layer])
+
+    return [a for a in alarms if not asleep(a)]
 
 
 def _layer_scores(cols: list[_Column], n: int) -> dict[str, np.ndarray]:
