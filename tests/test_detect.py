@@ -508,30 +508,60 @@ def test_a_layer_that_wakes_up_late_goes_through_its_own_early_phase():
         assert detect.detect(t, awake), seed
 
 
+def _left_behind(seed):
+    """``_fine_run`` (warm-up 50 steps) whose layer 0's QK form grows steadily from its initial
+    scale, x100 by step 600, while layer 1's stays there: under 1/20 of layer 0's from about step
+    400, well after both layers settled."""
+    steps, s = _fine_run(seed, warmup=50)
+    m = np.full((len(steps), L, H), 0.02)
+    m[:, 0] *= np.exp(np.minimum(steps, 600) / 600 * np.log(100))[:, None]
+    s["attn.M.spectral_norm"] = m
+    return steps, s
+
+
 def test_a_layer_left_at_its_initial_scale_after_settling_raises_no_alarm():
     """A layer settles while every QK form is still at its initial scale; then the other layer
-    learns (its ||M|| grows a hundredfold) and this one stays behind, below 1/20 of it: dormant
+    learns (its ||M|| grows a hundredfold) and this one stays behind, under 1/20 of it: dormant
     from then on (SGD runs in the corpus: layer 1 of a two-layer model).  Its heads' D2 entropy
     collapsing there is not a fault (the old rules raised a structure alarm); the same collapse in
     the layer that learns still is."""
     for seed in range(5):
-        steps, s = _fine_run(seed, warmup=50)
-        m = np.full((len(steps), L, H), 0.02)
-        m[:, 0] *= np.exp(np.clip((steps - 400) / 200, 0, 1) * np.log(100))[:, None]  # x100 by step 600
-        s["attn.M.spectral_norm"] = m
+        steps, s = _left_behind(seed)
         asleep, _ = detect.dormant(Timeline.from_arrays(steps, s))
-        assert not asleep[:40].any() and asleep[steps >= 600, 1].all() and not asleep[:, 0].any()
+        assert not asleep[:30].any() and asleep[steps >= 600, 1].all() and not asleep[:, 0].any()
         for layer, expect in ((1, False), (0, True)):
             hit = {n: v.copy() for n, v in s.items()}
             hit["attn.D2.entropy2"][steps > 1000, layer, :2] = 0.1
             t = Timeline.from_arrays(steps, hit)
             assert detect.layer_starts(t)[1] < 40  # settled while awake: examined from then on
-            # (layer 0's own growth raises a logits alarm under both rules: it is awake)
-            old = [a for a in detect.detect(t, detect.Params(asleep=False)) if a.role == "structure"]
-            assert old and {a.layer for a in old} == {layer}, (seed, layer)
-            found = [a for a in detect.detect(t) if a.role == "structure"]
-            assert bool(found) == expect, (seed, layer, found)
-            assert all(a.layer == 0 for a in detect.detect(t)), (seed, layer)
+            old = detect.detect(t, detect.Params(asleep=False))
+            assert old and {(a.role, a.layer) for a in old} == {("structure", layer)}, (seed, layer, old)
+            found = detect.detect(t)
+            assert found == (old if expect else []), (seed, layer, found)
+        # the reader is told what was set aside, and where: the healthy reason names it
+        hit = {n: v.copy() for n, v in s.items()}
+        hit["attn.D2.entropy2"][steps > 1000, 1, :2] = 0.1
+        t = Timeline.from_arrays(steps, hit)
+        d = detect.run_detection(t)
+        aside = detect.examination(d, t.steps)["dormant_alarms"]
+        assert aside and aside["layers"] == [1] and 1000 < aside["first_step"] <= 1100, (seed, aside)
+        assert "attn.D2.entropy2" in aside["monitors"], seed
+        calm = detect.examination(detect.run_detection(Timeline.from_arrays(steps, s)), steps)
+        assert calm["dormant_alarms"] is None, seed
+
+
+def test_a_healthy_verdict_names_the_alarms_set_aside_on_a_dormant_layer(tmp_path):
+    """The asleep rule turns a run whose only alarms lie on a layer that never learned into
+    ``healthy``; the verdict says so, with the layer and the step, where the old rules called it
+    ``lowprec_attention``."""
+    steps, s = _left_behind(0)
+    s["attn.D2.entropy2"][steps > 1000, 1, :2] = 0.1
+    t = Timeline.from_arrays(steps, s)
+    old = judge(tmp_path, t, [], params=detect.Params(asleep=False))["verdict"]
+    assert old["fault_type"] == "lowprec_attention" and "set aside" not in old["reason"]
+    v = judge(tmp_path, t, [])["verdict"]
+    assert v["fault_type"] == "healthy", v
+    assert "alarm(s) set aside on layer(s) [1] from step 1" in v["reason"], v["reason"]
 
 
 def _long_fine_run(seed, dip=True, collapse=False):

@@ -407,9 +407,9 @@ def holdout16() -> list[RunSpec]:
 
 def holdout17() -> list[RunSpec]:
     """A twentieth held-out part, generated after the alarms of a layer (a head) dormant at their
-    trigger point came to be dropped (``Params.asleep``), chosen on holdout12 to holdout16 and on
-    the low-precision, combined and SGD runs of holdout9 to holdout11 trained again: other seeds
-    (2100-2144), the cycles shifted by 19."""
+    trigger point came to be dropped (``Params.asleep``), chosen on holdout12 to holdout16, on the
+    low-precision, combined and SGD runs of holdout9 and holdout10 and on the SGD runs of holdout11,
+    trained again: other seeds (2100-2144), the cycles shifted by 19."""
     return _held_out(seed0=2100, shift=19)
 
 

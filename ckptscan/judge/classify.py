@@ -168,7 +168,7 @@ def _verdict(
                 "fault_type": "inconclusive",
                 "confidence": 0.0,
                 "evidence": [],
-                "reason": f"not enough evidence: {coverage['missing']}",
+                "reason": f"not enough evidence: {coverage['missing']}" + _set_aside(coverage),
             }
         return {
             "anomalous": False,
@@ -178,7 +178,7 @@ def _verdict(
             "confidence": confidence("healthy"),
             "decision": "healthy",
             "evidence": [],
-            "reason": "no sustained alarm on any monitor, no NaN/Inf in weights",
+            "reason": "no sustained alarm on any monitor, no NaN/Inf in weights" + _set_aside(coverage),
         }
 
     # shown in the order the excursions began (the decision below follows the triggers)
@@ -228,6 +228,19 @@ def _verdict(
     if first_over is not None:
         out["overflow"] = _overflow(first_over)
     return out
+
+
+def _set_aside(coverage: dict | None) -> str:
+    """The words a verdict without alarms adds about alarms set aside on dormant layers
+    (``coverage["dormant_alarms"]``, ``detect._drop_asleep``); empty where there were none."""
+    d = (coverage or {}).get("dormant_alarms")
+    if not d:
+        return ""
+    return (
+        f"; {d['alarms']} alarm(s) set aside on layer(s) {d['layers']} from step {d['first_step']}: the "
+        f"layer was not learning there (its QK form's ||M|| under {d['dormant_ratio']:g} of the largest "
+        f"head's), so what moved is not read as a fault"
+    )
 
 
 def _loss_diverged(step: int, coverage: dict | None) -> dict:

@@ -1300,6 +1300,9 @@ class Detection:
     # per checkpoint, the output projections' step size over its level 2/3 to 2 settling times
     # before, across the model (``projections_rise``); None: unread
     proj_rise: ModelJump | None = None
+    # the alarms set aside because their layer (head) was ``dormant`` at their trigger point
+    # (``_drop_asleep``): never alarms of the run, reported in ``examination``
+    asleep: list[Alarm] = dataclasses.field(default_factory=list)
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -1343,6 +1346,7 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
         missing = None
     first = int(steps[detection.examined][0]) if n else None
     unexamined = [i for i, s in enumerate(detection.starts) if s >= len(steps)]
+    asleep = detection.asleep
     return {
         "settled_step": settled_at,
         "examined_checkpoints": n,
@@ -1351,6 +1355,17 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
         "scored_points": points,
         "needed": params.min_examined,
         "layers_not_examined": unexamined,
+        # alarms set aside on layers (heads) that were not learning (``_drop_asleep``): the reader
+        # learns that such a layer was there, and what would have alarmed
+        "dormant_alarms": {
+            "alarms": len(asleep),
+            "layers": sorted({a.layer for a in asleep}),
+            "first_step": min(a.first_step for a in asleep),
+            "monitors": sorted({a.monitor for a in asleep}),
+            "dormant_ratio": params.dormant_ratio,
+        }
+        if asleep
+        else None,
         "missing": missing,
     }
 
@@ -1456,8 +1471,11 @@ def run_detection(
         alarms += rise_alarms(fine, params, block, detectors, fine_starts)
         alarms += fall_alarms(fine, params, block, detectors, fine_starts)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
+    asleep: list[Alarm] = []
     if params.asleep:
-        alarms = _drop_asleep(alarms, timeline, params)
+        kept = _drop_asleep(alarms, timeline, params)
+        asleep = sorted((a for a in alarms if a not in kept), key=lambda a: (a.index, -a.score))
+        alarms = kept
     alarms.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(
@@ -1472,6 +1490,7 @@ def run_detection(
         uncounted,
         model_jump(fine, block, detectors) if reference is None else None,
         projections_rise(fine, block, detectors, fine_starts) if reference is None else None,
+        asleep,
     )
 
 
