@@ -550,6 +550,28 @@ def test_a_layer_left_at_its_initial_scale_after_settling_raises_no_alarm():
         assert calm["dormant_alarms"] is None, seed
 
 
+def test_a_per_head_alarm_is_set_aside_by_its_own_heads_line_not_its_layers():
+    """A head's D2-entropy alarm is read against that head's ||M||: a head that learns, in a layer
+    whose other heads stay at their initial scale (the layer's median under the line), keeps its
+    alarm; a head left at its initial scale, in a layer that learns, loses it."""
+    for seed in range(3):
+        steps, s = _left_behind(seed)
+        m = s["attn.M.spectral_norm"]
+        learns = m[:, 0, 0].copy()
+        lone = {n: v.copy() for n, v in s.items()}  # layer 1: only head 3 learns
+        lone["attn.M.spectral_norm"][:, 1, 3] = learns
+        behind = {n: v.copy() for n, v in s.items()}  # layer 1 learns, but for head 0
+        behind["attn.M.spectral_norm"][:, 1, 1:] = learns[:, None]
+        for series, head, kept in ((lone, 3, True), (behind, 0, False)):
+            series["attn.D2.entropy2"][steps > 1000, 1, head] = 0.05
+            t = Timeline.from_arrays(steps, series)
+            layers, heads = detect.dormant(t)
+            assert layers[-1, 1] == (series is lone) and heads[-1, 1, head] != kept, seed
+            old = detect.detect(t, detect.Params(asleep=False))
+            assert [(a.layer, a.head) for a in old] == [(1, head)], (seed, head, old)
+            assert detect.detect(t) == (old if kept else []), (seed, head)
+
+
 def test_a_healthy_verdict_names_the_alarms_set_aside_on_a_dormant_layer(tmp_path):
     """The asleep rule turns a run whose only alarms lie on a layer that never learned into
     ``healthy``; the verdict says so, with the layer and the step, where the old rules called it

@@ -238,8 +238,8 @@ def _set_aside(coverage: dict | None) -> str:
         return ""
     return (
         f"; {d['alarms']} alarm(s) set aside on layer(s) {d['layers']} from step {d['first_step']}: the "
-        f"layer was not learning there (its QK form's ||M|| under {d['dormant_ratio']:g} of the largest "
-        f"head's), so what moved is not read as a fault"
+        f"layer (or head) stood under {d['dormant_ratio']:g} of the largest head's ||M|| there, read as "
+        f"not learning yet, so those alarms were not counted (a fault that began there would be missed)"
     )
 
 
@@ -259,10 +259,11 @@ def _loss_diverged(step: int, coverage: dict | None) -> dict:
         "decision": LOSS_DIVERGED,
         "evidence": [],
         "reason": (
-            f"the training loss diverged at step {step} with no monitor alarm and no NaN/Inf in "
-            "weights: the monitors did not read this fault (it may have begun before the run "
+            f"the training loss diverged at step {step} with no monitor alarm counted and no NaN/Inf "
+            "in weights: the monitors did not read this fault (it may have begun before the run "
             "settled), so its class is not known"
             + (f"; too little was examined for a verdict from the monitors: {missing}" if missing else "")
+            + _set_aside(coverage)
         ),
     }
 

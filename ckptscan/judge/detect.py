@@ -104,7 +104,8 @@ class Params:
     )
     settle_age: float = 4.0  # ... or once it is this many times as old (in steps) as at that peak
     dormant_ratio: float = (
-        0.05  # a layer whose ||M|| is below this share of the largest layer's is not learning yet
+        0.05  # a layer (the median of its heads' ||M||) or head below this share of the largest
+        #       head's ||M|| in the model is not learning yet (``dormant``)
     )
     block: float = 0.25  # checkpoints closer than this share of the run's settling time are scored in blocks
     max_points: int = 40  # ... and in blocks large enough that no more than this many points follow the
