@@ -1347,7 +1347,7 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
         missing = None
     first = int(steps[detection.examined][0]) if n else None
     unexamined = [i for i, s in enumerate(detection.starts) if s >= len(steps)]
-    asleep = detection.asleep
+    asleep = detection.asleep  # alarms set aside on layers (heads) not learning (``_drop_asleep``)
     return {
         "settled_step": settled_at,
         "examined_checkpoints": n,
@@ -1356,8 +1356,7 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
         "scored_points": points,
         "needed": params.min_examined,
         "layers_not_examined": unexamined,
-        # alarms set aside on layers (heads) that were not learning (``_drop_asleep``): the reader
-        # learns that such a layer was there, and what would have alarmed
+        # the reader learns that such a layer was there, and what would have alarmed on it
         "dormant_alarms": {
             "alarms": len(asleep),
             "layers": sorted({a.layer for a in asleep}),
@@ -1474,10 +1473,9 @@ def run_detection(
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
     asleep: list[Alarm] = []
     if params.asleep:
-        kept = _drop_asleep(alarms, timeline, params)
-        asleep = sorted((a for a in alarms if a not in kept), key=lambda a: (a.index, -a.score))
-        alarms = kept
+        alarms, asleep = _drop_asleep(alarms, timeline, params)
     alarms.sort(key=lambda a: (a.index, -a.score))
+    asleep.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
     return Detection(
         alarms,
@@ -1535,12 +1533,13 @@ def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
     return [a for a in alarms if a not in heads or a.score >= params.z_lone or accompanied(a)]
 
 
-def _drop_asleep(alarms: list[Alarm], timeline, params: Params) -> list[Alarm]:
-    """``alarms`` less those of a layer (a head, for a per-head alarm) that was ``dormant`` at the
-    alarm's trigger point (``timeline``: the scored points' timeline, ``Alarm.index`` counts its
-    points).  A layer that settled while every QK form was at its initial scale, and stayed there
-    while another layer learned, moves from a level that is noise when it does move (SGD): its
-    D2 entropy falls, its update ratios and ||M|| grow, and none of it is a fault."""
+def _drop_asleep(alarms: list[Alarm], timeline, params: Params) -> tuple[list[Alarm], list[Alarm]]:
+    """(kept, set aside): ``alarms`` split by whether their layer (their head, for a per-head alarm)
+    was ``dormant`` at the alarm's trigger point (``timeline``: the scored points' timeline,
+    ``Alarm.index`` counts its points).  A layer that settled while every QK form was at its
+    initial scale, and stayed there while another layer learned, moves from a level that is noise
+    when it does move (SGD): its D2 entropy falls, its update ratios and ||M|| grow, and none of it
+    is a fault."""
     layers, heads = dormant(timeline, params)
 
     def asleep(a: Alarm) -> bool:
@@ -1550,7 +1549,11 @@ def _drop_asleep(alarms: list[Alarm], timeline, params: Params) -> list[Alarm]:
             return bool(heads[a.index, a.layer, a.head])
         return a.layer < layers.shape[1] and bool(layers[a.index, a.layer])
 
-    return [a for a in alarms if not asleep(a)]
+    kept: list[Alarm] = []
+    aside: list[Alarm] = []
+    for a in alarms:
+        (aside if asleep(a) else kept).append(a)
+    return kept, aside
 
 
 def _layer_scores(cols: list[_Column], n: int) -> dict[str, np.ndarray]:
