@@ -572,6 +572,27 @@ def test_a_per_head_alarm_is_set_aside_by_its_own_heads_line_not_its_layers():
             assert detect.detect(t) == (old if kept else []), (seed, head)
 
 
+def test_an_alarm_set_aside_keeps_no_lone_head_company():
+    """A head's weak D2-entropy drop (peak under ``z_lone``) counts only in company of another
+    head's alarm.  Alarms on a dormant layer are set aside (the asleep rule): they are no company.
+    The rules of 273747f dropped lone heads first, so the dormant layer's collapse kept the weak
+    drop of layer 0's head 2, and the run alarmed on it; now nothing counts, and the layer's
+    alarms are reported as set aside."""
+    p = detect.Params()
+    for seed in (1, 2, 4):
+        steps, s = _left_behind(seed)
+        s["attn.D2.entropy2"][steps > 1000, 1, :2] = 0.1  # layer 1 (dormant there) collapses
+        s["attn.D2.entropy2"][steps > 1000, 0, 2] -= 0.16  # a weak drop, layer 0 (learning)
+        t = Timeline.from_arrays(steps, s)
+        old = detect.detect(t, detect.Params(asleep=False))
+        weak = [a for a in old if a.layer == 0]
+        assert [(a.layer, a.head) for a in weak] == [(0, 2)] and weak[0].score < p.z_lone, (seed, old)
+        assert {(a.layer, a.head) for a in old if a.layer == 1} == {(1, 0), (1, 1)}, (seed, old)
+        d = detect.run_detection(t)
+        assert d.alarms == [], (seed, d.alarms)
+        assert {(a.layer, a.head) for a in d.asleep} == {(1, 0), (1, 1)}, (seed, d.asleep)
+
+
 def test_a_healthy_verdict_names_the_alarms_set_aside_on_a_dormant_layer(tmp_path):
     """The asleep rule turns a run whose only alarms lie on a layer that never learned into
     ``healthy``; the verdict says so, with the layer and the step, where the old rules called it

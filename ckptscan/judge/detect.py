@@ -8,8 +8,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    median update ratio) has fallen to half its peak, or it is 4x as old as at that peak; a layer or
    head whose QK form is still below 1/20 of the largest head's is not learning yet and settles
    again after it wakes up; an alarm whose layer (head) is below that line at its trigger point
-   does not count (``_drop_asleep``).  Too little examined makes the verdict inconclusive
-   (``examination``).
+   does not count (``_drop_asleep``; applied before ``_drop_lone``, so it keeps no other head
+   company).  Too little examined makes the verdict inconclusive (``examination``).
 2. *The run's own time scale* (``block_size``, ``coarsen``): checkpoints closer than a quarter of
    the run's settling time are scored in blocks (medians), so that every rule below, counted in
    points, means the same at any save cadence; and in blocks large enough that at most
@@ -1463,17 +1463,21 @@ def run_detection(
                 c.det.mode,
             )
         )
+    asleep: list[Alarm] = []
+    if params.asleep:  # before the lone-head rule: a head set aside is no head's company
+        alarms, asleep = _drop_asleep(alarms, timeline, params)
     alarms = _drop_lone(alarms, params)
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
-        alarms += counted + depth_alarms(fine, params, block, fine_heads, detectors)
-        alarms += rise_alarms(fine, params, block, detectors, fine_starts)
-        alarms += fall_alarms(fine, params, block, detectors, fine_starts)
+        model = counted + depth_alarms(fine, params, block, fine_heads, detectors)
+        model += rise_alarms(fine, params, block, detectors, fine_starts)
+        model += fall_alarms(fine, params, block, detectors, fine_starts)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
-    asleep: list[Alarm] = []
-    if params.asleep:
-        alarms, asleep = _drop_asleep(alarms, timeline, params)
+        if params.asleep:
+            model, aside = _drop_asleep(model, timeline, params)
+            asleep += aside
+        alarms += model
     alarms.sort(key=lambda a: (a.index, -a.score))
     asleep.sort(key=lambda a: (a.index, -a.score))
     # back to checkpoints: a checkpoint is examined when its block is; starts as checkpoint indices
