@@ -1094,6 +1094,7 @@ def test_a_loss_that_diverged_unseen_is_unknown_never_healthy(tmp_path):
     assert judge(quiet, last, [])["verdict"]["fault_type"] == "inconclusive"
     v = judge(loud, last, [])["verdict"]
     assert v["fault_type"] == "unknown" and v["anomalous"] and "too little was examined" in v["reason"]
+    assert "never left the early phase, so nothing was examined there" not in v["reason"]  # said once
     # a collapse before the divergence decides as before
     c = {k: x.copy() for k, x in s.items()}
     c["attn.D2.entropy2"][8:, 1, 2] = 0.05
@@ -1584,6 +1585,7 @@ def test_a_jump_below_the_settled_high_is_reported_not_counted(tmp_path):
         u = v["uncounted_jump"]
         assert (u["step"], u["layers"], u["shape"]) == (int(steps[100]), [0, 1], "jump"), seed
         assert u["factor"] > 5 and f"step {steps[100]}" in u["note"] and "did not count it" in u["note"]
+        assert u["after_step"] == int(steps[99]) and f"between the saves at step {steps[99]} and" in u["note"]
         steps, s = _warm_restart(seed, height=4.0)
         part = {k: v.copy() for k, v in s.items()}  # raised between two saves: 99 rose part way
         for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
@@ -1598,6 +1600,79 @@ def test_a_jump_below_the_settled_high_is_reported_not_counted(tmp_path):
         steps, s = _fine_run_with_projections(seed)
         assert not detect.run_detection(Timeline.from_arrays(steps, s)).uncounted, seed
         assert "uncounted_jump" not in judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+
+
+def test_a_loss_that_diverged_before_anything_was_examined_says_so():
+    """The reason of ``unknown/loss-diverged`` names why the monitors said nothing: where the run
+    was first examined at or after the divergence, no checkpoint before it was judged (the old
+    reason only guessed that the fault "may have begun before the run settled"); where it was
+    examined earlier, the monitors did not read it in what they examined."""
+    late = {"settled_step": 550, "first_examined_step": 850, "missing": None, "layers_not_examined": []}
+    v = classify._loss_diverged(485, late)
+    assert (
+        "no checkpoint before the divergence was examined (the run settled at step 550, first " in v["reason"]
+    )
+    assert "first examined at step 850" in v["reason"] and "may have begun" not in v["reason"]
+    early = dict(late, first_examined_step=300)
+    v = classify._loss_diverged(485, early)
+    assert "did not read this fault in the checkpoints examined from step 300" in v["reason"], v["reason"]
+    assert "before the run settled at step 550" in v["reason"]
+    never = {
+        "settled_step": None,
+        "first_examined_step": None,
+        "missing": "the run never left its early phase",
+    }
+    v = classify._loss_diverged(485, never)
+    assert "(the run never settled)" in v["reason"] and "never left its early phase" in v["reason"]
+
+
+def test_a_verdict_without_alarms_names_the_layers_never_examined(tmp_path):
+    """A healthy (or inconclusive, or loss-diverged) verdict speaks only for the layers that were
+    examined: a layer whose step size never left its early phase is named in the reason (the old
+    reason said nothing, and a two-layer run read healthy with half of it unexamined)."""
+    steps, s = _fine_run(0)
+    s["attn.q.update_ratio"][:, 1] = 0.3 * (steps / steps[-1])[:, None] ** 0.5  # rises to the end
+    s["attn.k.update_ratio"][:, 1] = s["attn.q.update_ratio"][:, 1]
+    t = Timeline.from_arrays(steps, s)
+    d = detect.run_detection(t)
+    cov = detect.examination(d, t.steps)
+    assert cov["layers_not_examined"] == [1] and cov["missing"] is None, cov
+    v = judge(tmp_path, t, [])["verdict"]
+    assert v["fault_type"] == "healthy", v
+    assert "layer(s) [1] never left the early phase, so nothing was examined there" in v["reason"]
+    steps, s = _fine_run(0)
+    v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+    assert v["fault_type"] == "healthy" and "never left the early phase" not in v["reason"]
+
+
+def test_an_uncounted_jump_note_names_the_saves_around_it_and_floors_its_factor():
+    """The jump is read at a checkpoint: the LR changed after the save before it, which the note
+    names ("at step 2750" sent a reader to the wrong place when the LR had jumped at 2607).  Its
+    factor is the smallest over the layers and the note says "or more": printed with one decimal,
+    rounded, x1.88 read "x1.9 or more", which is false; it is floored now."""
+    a = detect.Alarm(
+        "attn.q.update_ratio",
+        "attn.q.update_ratio",
+        0,
+        None,
+        2750,
+        5,
+        1.889,
+        "step_size",
+        "up",
+        2750,
+        1,
+        2750,
+        "jump",
+    )
+    u = classify.uncounted_jump([a], 2, steps=[2000, 2250, 2500, 2750, 3000])
+    assert u["after_step"] == 2500 and u["factor"] == 1.89
+    assert "x1.88 or more between the saves at step 2500 and step 2750" in u["note"], u["note"]
+    assert "Check the LR schedule between those saves" in u["note"]
+    u = classify.uncounted_jump([a], 2, steps=[2750, 3000])
+    assert (
+        u["after_step"] is None and "by step 2750" in u["note"] and "Check the LR schedule there" in u["note"]
+    )
 
 
 def test_an_uncounted_jump_after_the_divergence_is_not_reported():

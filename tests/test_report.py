@@ -198,8 +198,32 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     )
     assert note in step_summary_markdown(res)
     assert any("step-size jump not counted" in line for line in github_annotations(res))
+    # --quiet prints the headline only: the headline says so (it used to read plain healthy)
+    quiet = " ".join(render_terminal(res, width=400, quiet=True).split())
+    headline = "HEALTHY: no sustained anomaly in the monitors; a step-size jump at step 300 was not counted"
+    assert quiet == headline + " (see the report)"
     del res.summary["verdict"]["uncounted_jump"]
     assert "not counted" not in render_terminal(res, width=400) and note not in step_summary_markdown(res)
+    assert (
+        render_terminal(res, width=400, quiet=True).strip() == "HEALTHY: no sustained anomaly in the monitors"
+    )
+
+
+def test_the_report_says_which_steps_were_examined():
+    """A verdict speaks for the steps examined: the terminal and the HTML page say from which step
+    (and where the run settled), and name layers never examined; nothing where the summary has no
+    coverage (an older summary)."""
+    res = make_result(anomalous=False)
+    assert data.examined_text(res.summary) is None
+    assert "examined from" not in render_terminal(res, width=400)
+    cov = {"settled_step": 120, "first_examined_step": 200, "layers_not_examined": [2]}
+    res.summary["detection"] = {"coverage": cov}
+    line = "examined from step 200 (the run settled at step 120); layer(s) [2] never settled: not examined"
+    assert data.examined_text(res.summary) == line
+    assert line in " ".join(render_terminal(res, width=400).split())
+    assert "examined from step 200" in render_html(res)
+    res.summary["detection"]["coverage"] = dict(cov, first_examined_step=None, layers_not_examined=[])
+    assert data.examined_text(res.summary) == "nothing examined (the run settled at step 120)"
 
 
 def test_loss_curve_from_log_file_or_absent(tmp_path):

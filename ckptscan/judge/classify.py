@@ -114,33 +114,43 @@ def classify(
     verdict = _verdict(
         alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump, divergence, proj_rise
     )
-    note = uncounted_jump(uncounted or [], n_layers, horizon)
+    note = uncounted_jump(uncounted or [], n_layers, horizon, steps)
     if note is not None:
         verdict["uncounted_jump"] = note
     return verdict
 
 
-def uncounted_jump(uncounted: list[Alarm], n_layers: int, horizon: int | None = None) -> dict | None:
+def uncounted_jump(
+    uncounted: list[Alarm], n_layers: int, horizon: int | None = None, steps=None
+) -> dict | None:
     """The verdict's ``uncounted_jump`` object (None: nothing to report): where and how far the
     whole model's step size jumped, in which layers, and why it raised no alarm.  Reported only
-    where it came before the horizon (after the loss diverged, everything moves)."""
+    where it came before the horizon (after the loss diverged, everything moves).  ``steps``: the
+    run's checkpoint steps; the jump is read at a checkpoint, so the LR changed after the save
+    before it (``after_step``), which the note names."""
     if not uncounted or (horizon is not None and uncounted[0].first_step > horizon):
         return None
     step = uncounted[0].first_step
     factor = min(a.score for a in uncounted)
     layers = sorted({a.layer for a in uncounted})
+    before = [int(x) for x in (steps if steps is not None else []) if int(x) < step]
+    after = max(before) if before else None
+    where = f"between the saves at step {after} and step {step}" if after is not None else f"by step {step}"
     return {
         "step": int(step),
+        "after_step": after,
         "confirmed_step": uncounted[0].confirmed_step,
         "factor": round(float(factor), 2),
         "layers": layers,
         "shape": uncounted[0].shape,
         "note": (
-            f"the whole model's step size jumped x{factor:.1f} or more at step {step}, in {len(layers)} of "
-            f"{max(1, n_layers)} layer(s), q/k and output projections together, but not above the level "
-            f"it had once the run settled in enough layers, so the jump rule did not count it (a schedule "
-            f"restart looks the same; so does an LR raised in a run that started without warm-up). Check "
-            f"the LR schedule at that step."
+            # floored: "or more" must hold (x1.88 is not "x1.9 or more")
+            f"the whole model's step size jumped x{np.floor(factor * 100) / 100:.2f} or more {where}, in "
+            f"{len(layers)} of "
+            f"{max(1, n_layers)} layer(s), q/k and output projections together; the jump rule did not count "
+            f"it: too few layers rose above the highest step size they had had since they settled (a "
+            f"schedule restart looks the same; so does an LR raised in a run that started without "
+            f"warm-up). Check the LR schedule {'between those saves' if after is not None else 'there'}."
         ),
     }
 
@@ -168,7 +178,9 @@ def _verdict(
                 "fault_type": "inconclusive",
                 "confidence": 0.0,
                 "evidence": [],
-                "reason": f"not enough evidence: {coverage['missing']}" + _set_aside(coverage),
+                "reason": f"not enough evidence: {coverage['missing']}"
+                + _unexamined(coverage)
+                + _set_aside(coverage),
             }
         return {
             "anomalous": False,
@@ -178,7 +190,9 @@ def _verdict(
             "confidence": confidence("healthy"),
             "decision": "healthy",
             "evidence": [],
-            "reason": "no sustained alarm on any monitor, no NaN/Inf in weights" + _set_aside(coverage),
+            "reason": "no sustained alarm on any monitor, no NaN/Inf in weights"
+            + _unexamined(coverage)
+            + _set_aside(coverage),
         }
 
     # shown in the order the excursions began (the decision below follows the triggers)
@@ -243,6 +257,31 @@ def _set_aside(coverage: dict | None) -> str:
     )
 
 
+def _unexamined(coverage: dict | None) -> str:
+    """The words a verdict without alarms adds about layers that never settled and so were never
+    examined (``coverage["layers_not_examined"]``); empty where every layer was."""
+    layers = (coverage or {}).get("layers_not_examined") or []
+    if not layers or (coverage or {}).get("settled_step") is None:  # none settled: ``missing`` says so
+        return ""
+    return f"; layer(s) {sorted(layers)} never left the early phase, so nothing was examined there"
+
+
+def _unread_why(step: int, coverage: dict | None) -> str:
+    """Why the monitors said nothing before a loss that diverged at ``step``: no checkpoint before
+    it was examined (the run settled, or was first scored, at or after it), or they did not read the
+    fault."""
+    cov = coverage or {}
+    first, settled = cov.get("first_examined_step"), cov.get("settled_step")
+    if first is None or first >= step:
+        when = f"the run settled at step {settled}" if settled is not None else "the run never settled"
+        scored = f", first examined at step {first}" if first is not None else ""
+        return f"no checkpoint before the divergence was examined ({when}{scored})"
+    return (
+        f"the monitors did not read this fault in the checkpoints examined from step {first} (it may "
+        "have begun before the run settled" + (f" at step {settled}" if settled is not None else "") + ")"
+    )
+
+
 def _loss_diverged(step: int, coverage: dict | None) -> dict:
     """The verdict of a run whose training loss diverged at ``step`` while no monitor raised an
     alarm and no weight went NaN/Inf: anomalous, its class ``unknown``, dated at that step.  The
@@ -260,9 +299,9 @@ def _loss_diverged(step: int, coverage: dict | None) -> dict:
         "evidence": [],
         "reason": (
             f"the training loss diverged at step {step} with no monitor alarm counted and no NaN/Inf "
-            "in weights: the monitors did not read this fault (it may have begun before the run "
-            "settled), so its class is not known"
+            f"in weights: {_unread_why(step, coverage)}, so its class is not known"
             + (f"; too little was examined for a verdict from the monitors: {missing}" if missing else "")
+            + _unexamined(coverage)
             + _set_aside(coverage)
         ),
     }

@@ -128,7 +128,7 @@ def outcome(summary: dict) -> Outcome:
         elif v["fault_type"] == INCONCLUSIVE:
             state, text = INCONCLUSIVE, str(v.get("reason") or "not enough evidence for a verdict")
         else:
-            state, text = HEALTHY, "no sustained anomaly in the monitors"
+            state, text = HEALTHY, "no sustained anomaly in the monitors" + _uncounted_headline(v)
         return Outcome(state, text + _unreadable(unreadable), unreadable)
     return Outcome(NO_VERDICT, text + _unreadable(unreadable), unreadable)
 
@@ -136,6 +136,15 @@ def outcome(summary: dict) -> Outcome:
 def no_verdict(error: str) -> Outcome:
     """The state of a command that stopped before judging (its error line)."""
     return Outcome(NO_VERDICT, error)
+
+
+def _uncounted_headline(v: dict) -> str:
+    """What a healthy headline adds for a step-size jump that was not counted (``uncounted_jump``):
+    ``--quiet`` prints the headline only, and such a jump is the one thing to check by hand."""
+    u = v.get("uncounted_jump")
+    if not isinstance(u, dict) or u.get("step") is None:
+        return ""
+    return f"; a step-size jump at step {u['step']} was not counted (see the report)"
 
 
 def _unreadable(n: int) -> str:
@@ -147,6 +156,22 @@ def _step(s) -> str:
 
 
 # --- summary accessors (tolerant of missing optional keys) ----------------------------------------
+
+
+def examined_text(summary: dict) -> str | None:
+    """Which part of the run the detectors examined (``detection.coverage``), in words: a verdict
+    speaks for those steps only (None where the summary does not say)."""
+    cov = (summary.get("detection") or {}).get("coverage")
+    if not isinstance(cov, dict) or "first_examined_step" not in cov:
+        return None
+    first, settled = cov.get("first_examined_step"), cov.get("settled_step")
+    if first is None:
+        return "nothing examined" + (f" (the run settled at step {settled})" if settled is not None else "")
+    out = f"examined from step {first}" + (
+        f" (the run settled at step {settled})" if settled is not None else ""
+    )
+    unexamined = cov.get("layers_not_examined") or []
+    return out + (f"; layer(s) {unexamined} never settled: not examined" if unexamined else "")
 
 
 def points_text(summary: dict) -> str:

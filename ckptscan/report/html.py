@@ -367,6 +367,7 @@ def _inputs_html(result) -> str:
             f"{len(lay.get('attention') or [])} / {len(lay.get('routers') or [])}",
         ),
         ("points", data.points_text(s)),
+        ("examined", data.examined_text(s) or "-"),
         ("checkpoints skipped", len(skipped)),
         ("training log", log.get("path") if isinstance(log, dict) else None),
         ("device", s.get("device")),

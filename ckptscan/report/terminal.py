@@ -76,7 +76,11 @@ def print_result(result, console, quiet: bool = False) -> None:
         f"run {escape(str(s.get('run', '?')))}  |  layout "
         f"{escape(str((s.get('layout') or {}).get('family', '?')))}"
     )
-    console.print(f"{escape(data.points_text(s))}, {len(skipped)} skipped")
+    examined = data.examined_text(s)
+    console.print(
+        f"{escape(data.points_text(s))}, {len(skipped)} skipped"
+        + (f"; {escape(examined)}" if examined else "")
+    )
     for note in ck.get("notes") or []:
         console.print(f"note: {escape(str(note))}")
     log = s.get("log") or {}
