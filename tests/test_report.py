@@ -209,6 +209,27 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     )
 
 
+def test_alarms_after_the_divergence_and_the_log_only_count_are_marked():
+    """An evidence row at or after the loss's divergence step did not decide the class: the
+    terminal and HTML tables say "(after divergence)". The log-only rule's first alarm is given with
+    how many it raised ("first of 3"): one alarm in the warm-up, which healthy runs raise too, read
+    as a lead of thousands of steps."""
+    res = make_result()  # one alarm at steps[32], divergence at steps[-5]
+    ev = res.summary["verdict"]["evidence"][0]
+    div = res.summary["loss"]["divergence_step"]
+    assert data.evidence_step_text(res.summary, ev) == str(ev["first_alarm_step"])
+    ev["first_alarm_step"] = div
+    assert data.evidence_step_text(res.summary, ev) == f"{div} (after divergence)"
+    assert f"{div} (after divergence)" in render_terminal(res, width=400)
+    assert f"{div} (after divergence)" in render_html(res)
+    first = res.summary["loss"]["log_only_alarm_step"]
+    assert data.log_only_text(res.summary) == str(first)  # no list of alarms: the first alone
+    res.summary["loss"]["log_only_alarm_steps"] = [first, first + 10, first + 20]
+    assert f"log-only detector alarm {first} (first of 3)" in render_terminal(res, width=400)
+    res.summary["loss"]["log_only_alarm_step"] = None
+    assert data.log_only_text(res.summary) == "-"
+
+
 def test_the_report_says_which_steps_were_examined():
     """A verdict speaks for the steps examined: the terminal and the HTML page say from which step
     (and where the run settled), and name layers never examined; nothing where the summary has no

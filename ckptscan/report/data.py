@@ -209,6 +209,29 @@ def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 
 
+def evidence_step_text(summary: dict, e: dict) -> str:
+    """An evidence item's step, marked where it lies at or after the loss's divergence step: such
+    an alarm did not decide the class (after the divergence everything moves)."""
+    step = evidence_step(e)
+    if step is None:
+        return "-"
+    div = (summary.get("loss") or {}).get("divergence_step")
+    after = isinstance(div, int) and isinstance(step, int) and step >= div
+    return f"{step} (after divergence)" if after else str(step)
+
+
+def log_only_text(summary: dict) -> str:
+    """The log-only rule's first alarm, and how many it raised in all: an alarm in the warm-up that
+    also fires on healthy runs reads differently from a lone one just before the divergence."""
+    loss = summary.get("loss") or {}
+    first = loss.get("log_only_alarm_step")
+    if first is None:
+        return "-"
+    steps = loss.get("log_only_alarm_steps")
+    n = len(steps) if isinstance(steps, list) else 0
+    return f"{first} (first of {n})" if n > 1 else str(first)
+
+
 _JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint spike"}
 
 

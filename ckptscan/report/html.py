@@ -314,13 +314,13 @@ def _verdict_html(s: dict) -> str:
     facts = [
         ("loss divergence step", m["divergence_step"]),
         ("lead time over the loss (steps)", s.get("lead_time_steps")),
-        ("log-only detector alarm step", m["log_only_alarm_step"]),
+        ("log-only detector alarm step", data.log_only_text(s)),
         ("log-only detector lead time (steps)", s.get("log_only_lead_time_steps")),
     ]
     facts_html = "".join(f"<div><span>{_e(k)}</span><b>{_e(val)}</b></div>" for k, val in facts)
     rows = "".join(
         f"<tr><td>{_e(data.evidence_monitor(e))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
-        f"<td>{_e(data.evidence_step(e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
+        f"<td>{_e(data.evidence_step_text(s, e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
         for e in v["evidence"][:50]
     )
     ev = (

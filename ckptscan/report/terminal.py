@@ -55,7 +55,7 @@ def timing_line(summary: dict) -> str:
     lead = summary.get("lead_time_steps")
     parts.append(f"lead time {_fmt_step(lead)} steps")
     lo = summary.get("log_only_lead_time_steps")
-    parts.append(f"log-only detector alarm {_fmt_step(m['log_only_alarm_step'])} (lead {_fmt_step(lo)})")
+    parts.append(f"log-only detector alarm {data.log_only_text(summary)} (lead {_fmt_step(lo)})")
     return "  |  ".join(parts)
 
 
@@ -117,7 +117,7 @@ def _evidence_table(s: dict, console) -> None:
             escape(data.evidence_monitor(e)),
             _fmt_step(e.get("layer")),
             _fmt_step(e.get("head")),
-            _fmt_step(data.evidence_step(e)),
+            data.evidence_step_text(s, e),
             _fmt_score(e.get("score")),
         )
     console.print(t)
