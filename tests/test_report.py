@@ -210,8 +210,9 @@ def test_an_uncounted_jump_is_shown_in_every_report():
 
 
 def test_alarms_after_the_divergence_and_the_log_only_count_are_marked():
-    """An evidence row at or after the loss's divergence step did not decide the class: the
-    terminal and HTML tables say "(after divergence)". The log-only rule's first alarm is given with
+    """An evidence row whose excursion began at or after the loss's divergence step says little
+    about the cause (after the divergence everything moves): the terminal and HTML tables say
+    "(after divergence)"; a numpy or JSON-float step reads the same. The log-only rule's first alarm is given with
     how many it raised ("first of 3"): one alarm in the warm-up, which healthy runs raise too, read
     as a lead of thousands of steps."""
     res = make_result()  # one alarm at steps[32], divergence at steps[-5]
@@ -222,11 +223,20 @@ def test_alarms_after_the_divergence_and_the_log_only_count_are_marked():
     assert data.evidence_step_text(res.summary, ev) == f"{div} (after divergence)"
     assert f"{div} (after divergence)" in render_terminal(res, width=400)
     assert f"{div} (after divergence)" in render_html(res)
+    ev["first_alarm_step"] = np.int64(div)
+    res.summary["loss"]["divergence_step"] = float(div)
+    assert data.evidence_step_text(res.summary, ev) == f"{div} (after divergence)"
+    res.summary["loss"]["divergence_step"] = div
     first = res.summary["loss"]["log_only_alarm_step"]
     assert data.log_only_text(res.summary) == str(first)  # no list of alarms: the first alone
-    res.summary["loss"]["log_only_alarm_steps"] = [first, first + 10, first + 20]
-    assert f"log-only detector alarm {first} (first of 3)" in render_terminal(res, width=400)
-    res.summary["loss"]["log_only_alarm_step"] = None
+    loss = res.summary["loss"]
+    loss["log_only_alarm_step"], loss["log_only_alarm_steps"] = 100, [100, 200, 300, div + 10]
+    assert "log-only detector alarm 100 (first of 3 up to the divergence)" in render_terminal(res, width=400)
+    loss["divergence_step"] = None
+    assert data.log_only_text(res.summary) == "100 (first of 4)"
+    loss["log_only_alarm_steps"] = list(range(100, 100 + 200 * 10, 10))  # summary.json lists 200 at most
+    assert data.log_only_text(res.summary) == "100 (first of 200 or more)"
+    loss["log_only_alarm_step"] = None
     assert data.log_only_text(res.summary) == "-"
 
 
@@ -239,7 +249,8 @@ def test_the_report_says_which_steps_were_examined():
     assert "examined from" not in render_terminal(res, width=400)
     cov = {"settled_step": 120, "first_examined_step": 200, "layers_not_examined": [2]}
     res.summary["detection"] = {"coverage": cov}
-    line = "examined from step 200 (the run settled at step 120); layer(s) [2] never settled: not examined"
+    line = "examined from step 200 (the run settled at step 120)"
+    line += "; layer(s) [2] not examined (settled too late, or never)"
     assert data.examined_text(res.summary) == line
     assert line in " ".join(render_terminal(res, width=400).split())
     assert "examined from step 200" in render_html(res)

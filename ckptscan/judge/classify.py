@@ -28,6 +28,7 @@ right verdicts along the same decision path on the calibration runs (``CONFIDENC
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import numpy as np
@@ -131,7 +132,9 @@ def uncounted_jump(
     if not uncounted or (horizon is not None and uncounted[0].first_step > horizon):
         return None
     step = uncounted[0].first_step
-    factor = min(a.score for a in uncounted)
+    # floored (the note says "or more": x1.88 is not "x1.9 or more"), after rounding off float
+    # error (1.15 stored as 1.1499... is not floored to 1.14)
+    factor = math.floor(round(min(a.score for a in uncounted) * 100, 6)) / 100
     layers = sorted({a.layer for a in uncounted})
     before = [int(x) for x in (steps if steps is not None else []) if int(x) < step]
     after = max(before) if before else None
@@ -140,12 +143,11 @@ def uncounted_jump(
         "step": int(step),
         "after_step": after,
         "confirmed_step": uncounted[0].confirmed_step,
-        "factor": round(float(factor), 2),
+        "factor": factor,
         "layers": layers,
         "shape": uncounted[0].shape,
         "note": (
-            # floored: "or more" must hold (x1.88 is not "x1.9 or more")
-            f"the whole model's step size jumped x{np.floor(factor * 100) / 100:.2f} or more {where}, in "
+            f"the whole model's step size jumped x{factor:.2f} or more {where}, in "
             f"{len(layers)} of "
             f"{max(1, n_layers)} layer(s), q/k and output projections together; the jump rule did not count "
             f"it: too few layers rose above the highest step size they had had since they settled (a "
@@ -263,22 +265,23 @@ def _unexamined(coverage: dict | None) -> str:
     layers = (coverage or {}).get("layers_not_examined") or []
     if not layers or (coverage or {}).get("settled_step") is None:  # none settled: ``missing`` says so
         return ""
-    return f"; layer(s) {sorted(layers)} never left the early phase, so nothing was examined there"
+    return f"; layer(s) {sorted(layers)} were not examined (they settled too late, or never)"
 
 
 def _unread_why(step: int, coverage: dict | None) -> str:
     """Why the monitors said nothing before a loss that diverged at ``step``: no checkpoint before
     it was examined (the run settled, or was first scored, at or after it), or they did not read the
-    fault."""
-    cov = coverage or {}
-    first, settled = cov.get("first_examined_step"), cov.get("settled_step")
+    fault in what they examined."""
+    if coverage is None:
+        return "the monitors did not read this fault (it may have begun before the run settled)"
+    first, settled = coverage.get("first_examined_step"), coverage.get("settled_step")
     if first is None or first >= step:
         when = f"the run settled at step {settled}" if settled is not None else "the run never settled"
         scored = f", first examined at step {first}" if first is not None else ""
         return f"no checkpoint before the divergence was examined ({when}{scored})"
     return (
         f"the monitors did not read this fault in the checkpoints examined from step {first} (it may "
-        "have begun before the run settled" + (f" at step {settled}" if settled is not None else "") + ")"
+        "have begun before then)"
     )
 
 

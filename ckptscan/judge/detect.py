@@ -1465,7 +1465,12 @@ def run_detection(
         )
     asleep: list[Alarm] = []
     if params.asleep:  # before the lone-head rule: a head set aside is no head's company
-        alarms, asleep = _drop_asleep(alarms, timeline, params)
+        found = alarms
+        alarms, aside = _drop_asleep(found, timeline, params)
+        # reported as set aside: those that would have counted had their layer been learning (a
+        # weak lone alarm on a dormant head is dropped by the lone-head rule either way)
+        kept = _drop_lone(found, params)
+        asleep = [a for a in aside if a in kept]
     alarms = _drop_lone(alarms, params)
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it

@@ -171,7 +171,7 @@ def examined_text(summary: dict) -> str | None:
         f" (the run settled at step {settled})" if settled is not None else ""
     )
     unexamined = cov.get("layers_not_examined") or []
-    return out + (f"; layer(s) {unexamined} never settled: not examined" if unexamined else "")
+    return out + (f"; layer(s) {unexamined} not examined (settled too late, or never)" if unexamined else "")
 
 
 def points_text(summary: dict) -> str:
@@ -209,27 +209,47 @@ def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 
 
+def _as_int(x) -> int | None:
+    """``x`` as an int where it is a whole number (an int, a numpy integer, a JSON 1000.0); None
+    otherwise."""
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if f.is_integer() else None
+
+
 def evidence_step_text(summary: dict, e: dict) -> str:
-    """An evidence item's step, marked where it lies at or after the loss's divergence step: such
-    an alarm did not decide the class (after the divergence everything moves)."""
+    """An evidence item's step, marked where its excursion began at or after the loss's divergence
+    step: after the divergence everything moves, so such an alarm says little about the cause."""
     step = evidence_step(e)
     if step is None:
         return "-"
-    div = (summary.get("loss") or {}).get("divergence_step")
-    after = isinstance(div, int) and isinstance(step, int) and step >= div
-    return f"{step} (after divergence)" if after else str(step)
+    div, at = _as_int((summary.get("loss") or {}).get("divergence_step")), _as_int(step)
+    return f"{step} (after divergence)" if div is not None and at is not None and at >= div else str(step)
 
 
 def log_only_text(summary: dict) -> str:
-    """The log-only rule's first alarm, and how many it raised in all: an alarm in the warm-up that
-    also fires on healthy runs reads differently from a lone one just before the divergence."""
+    """The log-only rule's first alarm, and how many it raised up to the divergence (or in all, where
+    the loss did not diverge): an alarm in the warm-up that healthy runs raise too reads differently
+    from a lone one just before the divergence.  summary.json lists at most ``MAX_LISTED_ALARMS``
+    of them (``judge.logs``): "or more" there."""
+    from ckptscan.judge.logs import MAX_LISTED_ALARMS
+
     loss = summary.get("loss") or {}
     first = loss.get("log_only_alarm_step")
     if first is None:
         return "-"
     steps = loss.get("log_only_alarm_steps")
-    n = len(steps) if isinstance(steps, list) else 0
-    return f"{first} (first of {n})" if n > 1 else str(first)
+    div = _as_int(loss.get("divergence_step"))
+    listed = [_as_int(x) for x in steps] if isinstance(steps, list) else []
+    n = len([x for x in listed if x is not None and (div is None or x <= div)])
+    if n <= 1:
+        return str(first)
+    more = " or more" if n >= MAX_LISTED_ALARMS else ""
+    return f"{first} (first of {n}{more}{' up to the divergence' if div is not None else ''})"
 
 
 _JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint spike"}
