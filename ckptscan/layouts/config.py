@@ -140,7 +140,9 @@ def _lookup(dicts: list[dict], aliases: tuple[str, ...]) -> Any:
     return None
 
 
-def _as_int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
+    """``v`` as an int where it is a whole, finite number (an int, a numpy integer, a JSON 1000.0);
+    None otherwise (a bool, a string, NaN)."""
     if isinstance(v, bool) or v is None:
         return None
     try:
@@ -199,12 +201,12 @@ def read_config(config: dict | None) -> ConfigFacts:
         "qk_rope_head_dim",
         "v_head_dim",
     ):
-        v = _as_int(get[k])
+        v = as_int(get[k])
         setattr(facts, k, v if v is not None and v > 0 else None)  # 0 means "none" (q_lora_rank)
     if facts.top_k is None:
         # OLMo-core nests ``top_k`` in its router config; at the top level of an old HF config.json
         # ``top_k`` is the *generation* default (50), so only nested values count.
-        facts.top_k = _as_int(_lookup(dicts[1:], ("top_k",)))
+        facts.top_k = as_int(_lookup(dicts[1:], ("top_k",)))
     for k in ("multi_query", "new_decoder_architecture", "alibi"):
         v = get[k]
         setattr(facts, k, bool(v) if v is not None else None)
@@ -225,7 +227,7 @@ def read_config(config: dict | None) -> ConfigFacts:
 
     qc = config.get("quantization_config")
     if isinstance(qc, dict) and isinstance(qc.get("weight_block_size"), list | tuple):
-        blk = [_as_int(x) for x in qc["weight_block_size"]]
+        blk = [as_int(x) for x in qc["weight_block_size"]]
         if len(blk) == 2:
             b0, b1 = blk
             if b0 and b1:

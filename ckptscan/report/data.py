@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ckptscan.judge.logs import MAX_LISTED_ALARMS
+from ckptscan.layouts.config import as_int
 from ckptscan.monitors import names as series_names
 
 # Shown when the verdict names no evidence (a healthy run): the monitors the notes call primary.
@@ -165,13 +167,12 @@ def examined_text(summary: dict) -> str | None:
     if not isinstance(cov, dict) or "first_examined_step" not in cov:
         return None
     first, settled = cov.get("first_examined_step"), cov.get("settled_step")
+    when = f" (the run settled at step {settled})" if settled is not None else ""
     if first is None:
-        return "nothing examined" + (f" (the run settled at step {settled})" if settled is not None else "")
-    out = f"examined from step {first}" + (
-        f" (the run settled at step {settled})" if settled is not None else ""
-    )
+        return "nothing examined" + when
     unexamined = cov.get("layers_not_examined") or []
-    return out + (f"; layer(s) {unexamined} not examined (settled too late, or never)" if unexamined else "")
+    gap = f"; layer(s) {unexamined} not examined (settled too late, or never)" if unexamined else ""
+    return f"examined from step {first}{when}{gap}"
 
 
 def points_text(summary: dict) -> str:
@@ -209,25 +210,13 @@ def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 
 
-def _as_int(x) -> int | None:
-    """``x`` as an int where it is a whole number (an int, a numpy integer, a JSON 1000.0); None
-    otherwise."""
-    if isinstance(x, bool) or x is None:
-        return None
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return int(f) if f.is_integer() else None
-
-
 def evidence_step_text(summary: dict, e: dict) -> str:
     """An evidence item's step, marked where its excursion began at or after the loss's divergence
     step: after the divergence everything moves, so such an alarm says little about the cause."""
     step = evidence_step(e)
     if step is None:
         return "-"
-    div, at = _as_int((summary.get("loss") or {}).get("divergence_step")), _as_int(step)
+    div, at = as_int((summary.get("loss") or {}).get("divergence_step")), as_int(step)
     return f"{step} (after divergence)" if div is not None and at is not None and at >= div else str(step)
 
 
@@ -236,15 +225,13 @@ def log_only_text(summary: dict) -> str:
     the loss did not diverge): an alarm in the warm-up that healthy runs raise too reads differently
     from a lone one just before the divergence.  summary.json lists at most ``MAX_LISTED_ALARMS``
     of them (``judge.logs``): "or more" there."""
-    from ckptscan.judge.logs import MAX_LISTED_ALARMS
-
     loss = summary.get("loss") or {}
     first = loss.get("log_only_alarm_step")
     if first is None:
         return "-"
     steps = loss.get("log_only_alarm_steps")
-    div = _as_int(loss.get("divergence_step"))
-    listed = [_as_int(x) for x in steps] if isinstance(steps, list) else []
+    div = as_int(loss.get("divergence_step"))
+    listed = [as_int(x) for x in steps] if isinstance(steps, list) else []
     n = len([x for x in listed if x is not None and (div is None or x <= div)])
     if n <= 1:
         return str(first)
