@@ -1590,6 +1590,7 @@ def test_a_jump_below_the_settled_high_is_reported_not_counted(tmp_path):
         assert det.alarms == [] and [a.first_step for a in det.uncounted] == [steps[100]] * 2, seed
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
         assert v["fault_type"] == "healthy", (seed, v["decision"])
+        assert v["decision"] == classify.HEALTHY_JUMP, seed  # its own confidence: the LR may have been raised
         u = v["uncounted_jump"]
         assert (u["step"], u["layers"], u["shape"]) == (int(steps[100]), [0, 1], "jump"), seed
         assert u["factor"] > 5 and f"step {steps[100]}" in u["note"] and "did not count it" in u["note"]
@@ -1710,6 +1711,43 @@ def test_an_uncounted_jump_after_the_divergence_is_not_reported():
     assert classify.uncounted_jump([a], 2, horizon=500)["step"] == 500
     assert classify.uncounted_jump([a], 2)["layers"] == [0]
     assert classify.classify([], [], 2, [], uncounted=[a], horizon=400).get("uncounted_jump") is None
+
+
+def test_a_healthy_verdict_next_to_an_uncounted_jump_is_less_sure():
+    """No alarm, but the whole model's step size jumped (below its settled high, so uncounted): the
+    verdict stays ``healthy`` with a decision path of its own (``HEALTHY_JUMP``) and that path's
+    confidence, not the plain ``healthy`` one (on the corpus every such run was a raised LR, read
+    ``healthy`` at 0.91 before).  A jump reported after the divergence changes nothing, and a verdict
+    with alarms keeps its own path."""
+    a = detect.Alarm(
+        "attn.q.update_ratio",
+        "attn.q.update_ratio",
+        0,
+        None,
+        500,
+        50,
+        3.0,
+        "step_size",
+        "up",
+        510,
+        2,
+        500,
+        "jump",
+        "jump",
+    )
+    cov = {"missing": None, "settled_step": 100, "layers_not_examined": []}
+    plain = classify.classify([], [], 2, [], coverage=cov)
+    assert (plain["fault_type"], plain["decision"]) == ("healthy", "healthy")
+    v = classify.classify([], [], 2, [], coverage=cov, uncounted=[a])
+    assert (v["fault_type"], v["decision"]) == ("healthy", classify.HEALTHY_JUMP)
+    assert v["confidence"] == classify.confidence(classify.HEALTHY_JUMP) < plain["confidence"]
+    assert v["uncounted_jump"]["step"] == 500
+    late = classify.classify([], [], 2, [], coverage=cov, uncounted=[a], horizon=400)
+    assert late["decision"] == "healthy" and late["confidence"] == plain["confidence"]
+    gone = classify.classify(
+        [], [], 2, [], coverage=dict(cov, missing="3 points scored; 5 needed"), uncounted=[a]
+    )
+    assert gone["fault_type"] == "inconclusive" and gone["confidence"] == 0.0 and "decision" not in gone
 
 
 def test_an_lr_lowered_for_a_while_and_restored_is_no_jump():

@@ -191,6 +191,7 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     res = make_result(anomalous=False)
     note = "the whole model's step size jumped x3.0 or more at step 300: not counted"
     res.summary["verdict"]["uncounted_jump"] = {"step": 300, "factor": 3.0, "layers": [0, 1], "note": note}
+    res.summary["verdict"]["confidence"] = 0.17  # its own decision path's (``HEALTHY_JUMP``)
     assert validate(json.loads(json.dumps(res.summary))) == []
     assert f"not counted: {note}" in " ".join(render_terminal(res, width=400).split())
     assert "not counted: the whole model&#x27;s step size" in render_html(res) or (
@@ -201,7 +202,7 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     # --quiet prints the headline only: the headline says so (it used to read plain healthy)
     quiet = " ".join(render_terminal(res, width=400, quiet=True).split())
     headline = "HEALTHY: no sustained anomaly in the monitors; a step-size jump at step 300 was not counted"
-    assert quiet == headline + " (see the report)"
+    assert quiet == headline + " (confidence 0.17; see the report)"
     del res.summary["verdict"]["uncounted_jump"]
     assert "not counted" not in render_terminal(res, width=400) and note not in step_summary_markdown(res)
     assert (

@@ -146,7 +146,9 @@ def _uncounted_headline(v: dict) -> str:
     u = v.get("uncounted_jump")
     if not isinstance(u, dict) or u.get("step") is None:
         return ""
-    return f"; a step-size jump at step {u['step']} was not counted (see the report)"
+    conf = v.get("confidence")
+    sure = f"confidence {conf:.2f}; " if isinstance(conf, (int, float)) else ""
+    return f"; a step-size jump at step {u['step']} was not counted ({sure}see the report)"
 
 
 def _unreadable(n: int) -> str:
