@@ -1622,6 +1622,15 @@ def test_a_loss_that_diverged_before_anything_was_examined_says_so():
         "no checkpoint before the divergence was examined (the run settled at step 550, first " in v["reason"]
     )
     assert "first examined at step 850" in v["reason"] and "may have begun" not in v["reason"]
+    # what was too little to examine after the divergence is moot there: not repeated (a run that
+    # settled at 2250 read "2 checkpoint(s) (1 blocks of 2) examined after the run settled ...")
+    few = dict(late, missing="2 checkpoint(s) (1 block of 2) examined after the run settled at step 550")
+    assert "too little was examined" not in classify._loss_diverged(485, few)["reason"]
+    some = dict(few, first_examined_step=300)
+    assert (
+        "too little was examined for a verdict from the monitors: 2 checkpoint(s)"
+        in (classify._loss_diverged(485, some)["reason"])
+    )
     early = dict(late, first_examined_step=300)
     v = classify._loss_diverged(485, early)
     assert (

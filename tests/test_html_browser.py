@@ -322,6 +322,8 @@ def fault_result(n=80, layers=3, heads=4) -> Result:
         },
         "lead_time_steps": int(steps[-6] - first),
         "log_only_lead_time_steps": int(steps[-6] - steps[-5]),
+        # the first examined step: a fourth marker line ("first examined") on every chart
+        "detection": {"coverage": {"first_examined_step": int(steps[n // 4]), "layers_not_examined": []}},
     }
     return Result(Path("/nonexistent/run"), Path("/tmp/x"), summary, tl, [])
 
@@ -359,6 +361,9 @@ def test_report_renders_offline_without_errors(browser, tmp_path):
     # every colour bar is titled
     titles = browser.evaluate("[...document.querySelectorAll('.cbtitle')].map(e => e.textContent)")
     assert len(titles) == 4 and all(titles), titles
+    # the first examined step is drawn, labelled, with the other markers (and overlaps none of them)
+    labels = browser.evaluate("[...document.querySelectorAll('.annotation-text')].map(e => e.textContent)")
+    assert any(t.startswith("first examined ") for t in labels), labels
     assert text_overlaps(browser) == []
 
     ARTIFACTS.mkdir(exist_ok=True)

@@ -355,7 +355,12 @@ def test_html_is_self_contained_and_carries_the_data():
     assert tl["monitor"] == "attn.D2.entropy2" and tl["alarms"] == [{"layer": 1, "head": 2, "step": 330}]
     assert any(t["layer"] == 1 and t["head"] == 2 and t["emph"] for t in tl["traces"])
     assert payload["loss"]["x"][:3] == [10, 20, 30]
-    assert payload["markers"] == {"earliest_step": 330, "divergence_step": 560, "log_only_alarm_step": 580}
+    assert payload["markers"] == {
+        "earliest_step": 330,
+        "divergence_step": 560,
+        "log_only_alarm_step": 580,
+        "first_examined_step": None,  # this result keeps no coverage
+    }
 
 
 def test_heatmaps_carry_the_departure_and_a_scale_that_shows_it():
@@ -851,6 +856,102 @@ def test_strip_red_from_each_layers_own_first_alarm():
     assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300}
     res.summary["alarms"][0]["first_alarm_by_layer"] = {"0": 300, "1": 450}
     assert data.first_alarm_by_layer(res.summary, "attn.D2.entropy2") == {0: 300, 1: 450}
+
+
+def test_strips_dim_what_was_not_examined_and_say_blocks_are_not_alarms():
+    """A strip full of tall blocks on a run that raised no alarm read as a contradiction to a
+    newcomer: the blocks before the first examined step (and on a layer that never settled) could
+    not raise one.  They are drawn dim, ``E`` marks the first examined step, ``*`` a layer never
+    examined, and the legend says that a block is not an alarm.  A result without coverage is
+    drawn as before (nothing dim)."""
+    res = make_result(n=60, layers=2)
+    res.summary["verdict"]["evidence"] = [
+        {"monitor": "attn.D2.entropy2", "layer": 0, "head": 1, "first_alarm_step": 300, "score": 9.0},
+    ]
+    res.summary["alarms"] = [{"monitor": "attn.D2.entropy2", "first_alarm_step": 300, "layers": [0]}]
+    res.summary["detection"] = {
+        "persist": 3,
+        "coverage": {"first_examined_step": 200, "settled_step": 150, "layers_not_examined": [1]},
+    }
+    buf = io.StringIO()
+    console = Console(file=buf, width=100, force_terminal=True, color_system="standard", highlight=False)
+    print_result(res, console)
+    rows: dict[str, list[str]] = {}
+    for line in buf.getvalue().splitlines():
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        if not re.match(r"L\d+\*? ", plain) or plain.split()[0] in rows:
+            continue
+        cells, style = [], ""
+        for code, text in re.findall(r"(\x1b\[[0-9;]*m)?([^\x1b]*)", line):
+            if code:
+                last = code.strip("\x1b[m").split(";")
+                style = "dim" if "2" in last else {"31": "red", "33": "yellow"}.get(last[-1], "")
+            cells += [style] * len(text)
+        rows[plain.split()[0]] = cells[6 : 6 + 60]
+    assert set(rows) == {"L0", "L1*"}, rows.keys()  # layer 1 never examined: starred
+    l0 = rows["L0"]  # steps 10, 20, ...: step 200 is column 19, the alarm at step 300 column 29
+    assert set(l0[:19]) == {"dim"} and "dim" not in l0[19:], l0
+    assert l0.index("red") == 29
+    assert set(rows["L1*"]) == {"dim"}
+    text = " ".join(buf.getvalue().split())
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert "E first examined at step 200" in text and "A block is not an alarm" in text
+    assert "3 points in a row" in text
+    marker_lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in buf.getvalue().splitlines()]
+    under = [ln for ln in marker_lines if ln.strip() and set(ln.strip()) <= set("^DLE ")]
+    assert any(len(ln) > 25 and ln[25] == "E" for ln in under), under  # under step 200 (column 19)
+    del res.summary["detection"]
+    assert "dim" not in _coloured_rows(res)["L0"]
+
+
+def test_a_verdict_dated_at_the_divergence_has_no_lead_of_zero():
+    """``unknown/loss-diverged`` is dated at the divergence itself: its lead time of 0 steps is not
+    a monitor that fired just in time, and the reports say so; other verdicts print the number."""
+    res = make_result()
+    lead = res.summary["lead_time_steps"]
+    assert data.lead_text(res.summary, " steps") == f"{lead} steps"
+    assert f"lead time {lead} steps" in " ".join(render_terminal(res, width=400).split())
+    res.summary["verdict"].update(decision="unknown/loss-diverged", fault_type="unknown", confidence=0.0)
+    res.summary["lead_time_steps"] = 0
+    words = "0 steps (dated at the divergence: no monitor read the fault before it)"
+    assert data.lead_text(res.summary, " steps") == words
+    assert f"lead time {words}" in " ".join(render_terminal(res, width=400).split())
+    assert "dated at the divergence" in step_summary_markdown(res)
+    res.summary["lead_time_steps"] = None
+    assert data.lead_text(res.summary) == "-"
+
+
+def test_the_evidence_tables_say_what_a_score_is():
+    """The score column mixes units (a z for most rows; a factor, a fall or an entropy drop where
+    the monitor says so): both evidence tables say which, under the table."""
+    res = make_result()
+    assert "score: a robust z (standard deviations" in " ".join(render_terminal(res, width=100).split())
+    assert "score: a robust z (standard deviations" in render_html(res)
+
+
+def test_alarms_set_aside_are_shown_on_an_anomalous_run_too():
+    """The asleep rule's set-aside alarms were in the reason of a verdict without alarms only; on an
+    anomalous run they were in summary.json alone.  The terminal and HTML reports show them there
+    too (a layer that never learned is worth knowing about); a run without them shows nothing."""
+    res = make_result()
+    assert "set aside:" not in render_terminal(res, width=400)
+    res.summary["detection"] = {
+        "coverage": {
+            "first_examined_step": 20,
+            "dormant_alarms": {
+                "alarms": 3,
+                "layers": [1],
+                "first_step": 630,
+                "monitors": ["attn.D2.entropy2"],
+                "dormant_ratio": 0.05,
+            },
+        }
+    }
+    line = "set aside: 3 alarm(s) on layer(s) [1] from step 630, where the layer (or head) stood under 0.05"
+    assert line in " ".join(render_terminal(res, width=400).split())
+    assert "set aside: 3 alarm(s) on layer(s) [1] from step 630" in render_html(res)
+    res.summary["verdict"].update(anomalous=False, fault_type="healthy", evidence=[])
+    assert data.set_aside_note(res.summary) is None  # its reason says it
 
 
 def test_strip_legend_names_the_colours_and_every_marker():

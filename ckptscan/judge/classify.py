@@ -301,6 +301,11 @@ def _loss_diverged(step: int, coverage: dict | None) -> dict:
     healthy, and an examination too short for a verdict does not make it less anomalous.  Its
     confidence is 0: no class is named."""
     missing = (coverage or {}).get("missing")
+    first = (coverage or {}).get("first_examined_step")
+    if (coverage or {}).get("settled_step") is not None and (first is None or first >= step):
+        # the run settled, but nothing before the divergence was examined (the reason says so): how
+        # many points came after it is moot (a run that never settled keeps what says why)
+        missing = None
     return {
         "anomalous": True,
         "earliest_step": int(step),

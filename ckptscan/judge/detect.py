@@ -1328,7 +1328,9 @@ def examination(detection: Detection, steps, params: Params = Params()) -> dict:
     steps = np.asarray(steps)
     n = int(detection.examined.sum())
     points = detection.points
-    per = "" if detection.block == 1 else f" ({points} blocks of {detection.block})"
+    per = (
+        "" if detection.block == 1 else f" ({points} block{'' if points == 1 else 's'} of {detection.block})"
+    )
     settled_at = detection.settled_step(steps)
     if settled_at is None:
         missing = (

@@ -57,7 +57,7 @@ def _timing(summary: dict) -> str:
         return ""
     lead = summary.get("lead_time_steps")
     text = f"loss diverged at step {m['divergence_step']}"
-    return text if lead is None else f"{text}, lead time {lead} steps"
+    return text if lead is None else f"{text}, lead time {data.lead_text(summary, ' steps')}"
 
 
 def run_id(run: str) -> str:
@@ -258,7 +258,7 @@ def step_summary_markdown(result) -> str:
         f"| fault class | {_md(v['fault_type'])} |",
         f"| earliest anomalous step | {_md(v['earliest_step'])} |",
         f"| loss divergence step | {_md(m['divergence_step'])} |",
-        f"| lead time over the loss (steps) | {_md(s.get('lead_time_steps'))} |",
+        f"| lead time over the loss (steps) | {_md(data.lead_text(s))} |",
         f"| log-only detector alarm step | {_md(m['log_only_alarm_step'])} |",
         f"| log-only detector lead time (steps) | {_md(s.get('log_only_lead_time_steps'))} |",
         f"| checkpoints analysed / skipped | {ck.get('analyzed', 0)} / {len(skipped)} |",

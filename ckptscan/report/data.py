@@ -208,6 +208,22 @@ def uncounted_note(summary: dict) -> str | None:
     return str(u.get("note")) if isinstance(u, dict) and u.get("note") else None
 
 
+def set_aside_note(summary: dict) -> str | None:
+    """On an anomalous verdict, the alarms the asleep rule set aside (``detection.coverage.
+    dormant_alarms``) as one sentence; None where there were none, or where the verdict has no
+    alarm (its reason names them already)."""
+    v = verdict(summary)
+    cov = (summary.get("detection") or {}).get("coverage")
+    d = cov.get("dormant_alarms") if isinstance(cov, dict) else None
+    if not v.get("anomalous") or not isinstance(d, dict) or not d.get("alarms"):
+        return None
+    return (
+        f"{d['alarms']} alarm(s) on layer(s) {d.get('layers')} from step {d.get('first_step')}, where the "
+        f"layer (or head) stood under {d.get('dormant_ratio')} of the largest head's ||M|| (read as not "
+        f"learning yet): not counted; a fault that began there would be missed"
+    )
+
+
 def evidence_step(e: dict):
     return e.get("first_alarm_step", e.get("step"))
 
@@ -220,6 +236,21 @@ def evidence_step_text(summary: dict, e: dict) -> str:
         return "-"
     div, at = as_int((summary.get("loss") or {}).get("divergence_step")), as_int(step)
     return f"{step} (after divergence)" if div is not None and at is not None and at >= div else str(step)
+
+
+LOSS_DIVERGED = "unknown/loss-diverged"  # ``classify.LOSS_DIVERGED``: dated at the divergence itself
+
+
+def lead_text(summary: dict, unit: str = "") -> str:
+    """The lead time over the loss, in words: the number of steps (``unit`` after it), ``-`` where
+    there is none, and for a verdict dated at the divergence itself (``unknown/loss-diverged``: no
+    monitor read the fault) not a bare lead of 0 but what it is."""
+    lead = summary.get("lead_time_steps")
+    if lead is None:
+        return f"-{unit}"
+    if verdict(summary).get("decision") == LOSS_DIVERGED:
+        return f"{lead}{unit} (dated at the divergence: no monitor read the fault before it)"
+    return f"{lead}{unit}"
 
 
 def log_only_text(summary: dict) -> str:
@@ -244,6 +275,13 @@ def log_only_text(summary: dict) -> str:
 _JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint spike"}
 
 
+# what the evidence tables' score column holds (one unit for most rows; the others say theirs)
+SCORE_NOTE = (
+    "score: a robust z (standard deviations, median/MAD, from the series' own recent baseline) unless "
+    "the monitor names another"
+)
+
+
 def evidence_monitor(e: dict) -> str:
     """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, in which
     shape it was read, and that its score is the jump factor, not a z; a collapse read by its
@@ -263,14 +301,28 @@ def evidence_monitor(e: dict) -> str:
 
 
 def markers(summary: dict) -> dict[str, int | None]:
-    """The steps every timeline marks: earliest anomaly, loss divergence, log-only alarm."""
+    """The steps every timeline marks: earliest anomaly, loss divergence, log-only alarm, and the
+    first step the detectors examined (``detection.coverage``: before it nothing was scored, so
+    nothing there could raise an alarm)."""
     v = verdict(summary)
     loss = summary.get("loss") or {}
+    cov = (summary.get("detection") or {}).get("coverage")
+    first = cov.get("first_examined_step") if isinstance(cov, dict) else None
     return {
         "earliest_step": v["earliest_step"],
         "divergence_step": loss.get("divergence_step"),
         "log_only_alarm_step": loss.get("log_only_alarm_step"),
+        "first_examined_step": as_int(first),
     }
+
+
+def layers_not_examined(summary: dict) -> set[int]:
+    """The layers that never settled, so were never examined (``detection.coverage``)."""
+    cov = (summary.get("detection") or {}).get("coverage")
+    layers = cov.get("layers_not_examined") if isinstance(cov, dict) else None
+    if not isinstance(layers, list):
+        return set()
+    return {n for n in (as_int(x) for x in layers) if n is not None}
 
 
 def leading_monitors(summary: dict, names, k: int = 4) -> list[str]:

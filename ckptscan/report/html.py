@@ -313,7 +313,7 @@ def _verdict_html(s: dict) -> str:
     )
     facts = [
         ("loss divergence step", m["divergence_step"]),
-        ("lead time over the loss (steps)", s.get("lead_time_steps")),
+        ("lead time over the loss (steps)", data.lead_text(s)),
         ("log-only detector alarm step", data.log_only_text(s)),
         ("log-only detector lead time (steps)", s.get("log_only_lead_time_steps")),
     ]
@@ -327,6 +327,7 @@ def _verdict_html(s: dict) -> str:
         (
             "<div class='scroll'><table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th>"
             f"<th>first alarm step</th><th>score</th></tr></thead><tbody>{rows}</tbody></table></div>"
+            f"<p class='muted'>{_e(data.SCORE_NOTE)}</p>"
         )
         if rows
         else "<p class='muted'>no evidence items</p>"
@@ -340,6 +341,8 @@ def _verdict_html(s: dict) -> str:
     reason = f"<p>{_e(v['reason'])}</p>" if v.get("reason") and o.state != data.INCONCLUSIVE else ""
     uncounted = data.uncounted_note(s)
     reason += f"<p class='muted'>not counted: {_e(uncounted)}</p>" if uncounted else ""
+    aside = data.set_aside_note(s)
+    reason += f"<p class='muted'>set aside: {_e(aside)}</p>" if aside else ""
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
 
 

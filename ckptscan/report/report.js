@@ -15,7 +15,8 @@
   var MARKS = [
     ["earliest_step", "earliest anomaly", "#c0392b", "dash", 1.0],
     ["divergence_step", "loss divergence", "#1d2329", "dash", 0.92],
-    ["log_only_alarm_step", "log-only alarm", "#e67e22", "dot", 0.84]
+    ["log_only_alarm_step", "log-only alarm", "#e67e22", "dot", 0.84],
+    ["first_examined_step", "first examined", "#7f8c8d", "dot", 0.76]
   ];
   // a layer, and a (layer, head), has the same colour in every chart
   var LAYER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22",

@@ -52,8 +52,7 @@ def timing_line(summary: dict) -> str:
     """Earliest step against the loss: the lead time, and the log-only detector's."""
     m = data.markers(summary)
     parts = [f"loss divergence step {_fmt_step(m['divergence_step'])}"]
-    lead = summary.get("lead_time_steps")
-    parts.append(f"lead time {_fmt_step(lead)} steps")
+    parts.append(f"lead time {data.lead_text(summary, ' steps')}")
     lo = summary.get("log_only_lead_time_steps")
     parts.append(f"log-only detector alarm {data.log_only_text(summary)} (lead {_fmt_step(lo)})")
     return "  |  ".join(parts)
@@ -70,6 +69,9 @@ def print_result(result, console, quiet: bool = False) -> None:
     uncounted = data.uncounted_note(s)
     if uncounted:
         console.print(f"not counted: {escape(uncounted)}")
+    aside = data.set_aside_note(s)
+    if aside:
+        console.print(f"set aside: {escape(aside)}")
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
     console.print(
@@ -109,7 +111,11 @@ def _evidence_table(s: dict, console) -> None:
     ev = data.verdict(s)["evidence"]
     if not ev:
         return
-    t = Table(title="evidence (first alarms)", show_lines=False)
+    t = Table(
+        title="evidence (first alarms)",
+        caption=data.SCORE_NOTE,
+        show_lines=False,
+    )
     for col in ("monitor", "layer", "head", "first alarm step", "score"):
         t.add_column(col, justify="left" if col == "monitor" else "right")
     for e in ev[:15]:
@@ -144,15 +150,15 @@ def _heat_strips(result, console) -> None:
     leading = data.leading_monitors(s, tl.names(), k=STRIP_MONITORS)
     if not leading:
         return
-    console.print(
-        Text(
-            f"heat strips: one row per layer; block height = robust sigmas away from the layer's "
-            f"early baseline in the anomalous direction (trending series: the detector's score "
-            f"against its recent behaviour); {BLOCKS[-1]} >= {len(BLOCKS) - 1}; red: from the "
-            f"layer's first alarm on, yellow: >= {WARN_LEVEL} before it",
-            style="dim",
-        )
-    )
+    persist = data.as_int((s.get("detection") or {}).get("persist")) or 3
+    for line in STRIP_LEGEND:
+        text = line.format(top=BLOCKS[-1], n=len(BLOCKS) - 1, warn=WARN_LEVEL, persist=persist)
+        console.print(Text(text, style="dim"))
+    first_examined = marks.get("first_examined_step")
+    cov = (s.get("detection") or {}).get("coverage")
+    # a result stored before coverage was kept says nothing of it: nothing dimmed
+    known = isinstance(cov, dict) and "first_examined_step" in cov
+    never = data.layers_not_examined(s)
     xs = steps
     shown: set[str] = set()
     for name in leading:
@@ -178,11 +184,16 @@ def _heat_strips(result, console) -> None:
         console.print(Text(f"{name}  [{how}, anomalous direction {info.direction}{note}]", style="bold"))
         first_alarm = data.first_alarm_by_layer(s, name)
         for r in rows:
-            line = Text(f"L{r:<{label_w - 1}}", style="dim")
+            line = Text()  # a Text's own style would dim every block: only the label is dim
+            line.append(f"{f'L{r}' + ('*' if r in never else ''):<{label_w}}", style="dim")
             for j in range(len(xs)):
                 lvl = min(len(BLOCKS) - 1, int(dev[r, j] / SIGMAS_PER_BLOCK))
                 ch = BLOCKS[lvl] if np.isfinite(red[r, j]) else " "
-                alarmed = r in first_alarm and _bin_end(xs, j, steps) >= first_alarm[r]
+                end = _bin_end(xs, j, steps)
+                if known and (r in never or first_examined is None or end < first_examined):
+                    line.append(ch, style="dim")  # not examined: nothing here could raise an alarm
+                    continue
+                alarmed = r in first_alarm and end >= first_alarm[r]
                 line.append(ch, style="red" if alarmed else ("yellow" if lvl >= WARN_LEVEL else ""))
             console.print(line)
         for mrow in marker_rows(xs, int(steps[-1]), marks):
@@ -199,6 +210,19 @@ def _heat_strips(result, console) -> None:
         console.print(Text(f"{'':{label_w}}" + ", ".join(legend), style="dim"))
 
 
+# what the strips show, and what they do not: tall blocks are not alarms
+STRIP_LEGEND = (
+    "heat strips: one row per layer, one column per checkpoint (or run of them); block height = how "
+    "far the layer's value stood from its own early level, in robust standard deviations (median and "
+    "MAD), in the direction a fault moves it (trending series: the detector's score against the "
+    "layer's recent change); {top} = {n} or more; red: from the layer's first alarm on, yellow: "
+    ">= {warn} before it.",
+    "A block is not an alarm: alarms are counted only from E (the first step examined, once the run "
+    "had left its early phase; dim before it, and on layers marked * that never did) and only where "
+    "the score stayed high ({persist} points in a row for most series).",
+)
+
+
 def _bin_end(xs: np.ndarray, j: int, steps: np.ndarray) -> int:
     """The last step in column ``j`` (columns start at ``xs[j]``)."""
     return int(xs[j + 1] - 1) if j + 1 < len(xs) else int(steps[-1])
@@ -209,6 +233,7 @@ MARKERS = (
     ("earliest_step", "^", "earliest anomaly at step"),
     ("divergence_step", "D", "loss divergence at step"),
     ("log_only_alarm_step", "L", "log-only alarm at step"),
+    ("first_examined_step", "E", "first examined at step"),
 )
 
 
