@@ -827,12 +827,13 @@ def _coloured_rows(res) -> dict[str, list[str]]:
     rows, colour = {}, ""
     for line in buf.getvalue().splitlines():
         plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
-        if not re.match(r"L\d+ ", plain) or plain[:2] in rows:
+        if not re.match(r"L\d+\*? ", plain) or plain.split()[0] in rows:
             continue
         cells = []
         for code, text in re.findall(r"(\x1b\[[0-9;]*m)?([^\x1b]*)", line):
             if code:
-                colour = {"31": "red", "33": "yellow"}.get(code.strip("\x1b[m").split(";")[-1], "")
+                last = code.strip("\x1b[m").split(";")
+                colour = "dim" if "2" in last else {"31": "red", "33": "yellow"}.get(last[-1], "")
             cells += [colour] * len(text)
         rows[plain.split()[0]] = cells[6 : 6 + 60]
     return rows
@@ -873,21 +874,11 @@ def test_strips_dim_what_was_not_examined_and_say_blocks_are_not_alarms():
         "persist": 3,
         "coverage": {"first_examined_step": 200, "settled_step": 150, "layers_not_examined": [1]},
     }
+    rows = _coloured_rows(res)
     buf = io.StringIO()
-    console = Console(file=buf, width=100, force_terminal=True, color_system="standard", highlight=False)
-    print_result(res, console)
-    rows: dict[str, list[str]] = {}
-    for line in buf.getvalue().splitlines():
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
-        if not re.match(r"L\d+\*? ", plain) or plain.split()[0] in rows:
-            continue
-        cells, style = [], ""
-        for code, text in re.findall(r"(\x1b\[[0-9;]*m)?([^\x1b]*)", line):
-            if code:
-                last = code.strip("\x1b[m").split(";")
-                style = "dim" if "2" in last else {"31": "red", "33": "yellow"}.get(last[-1], "")
-            cells += [style] * len(text)
-        rows[plain.split()[0]] = cells[6 : 6 + 60]
+    print_result(
+        res, Console(file=buf, width=100, force_terminal=True, color_system="standard", highlight=False)
+    )
     assert set(rows) == {"L0", "L1*"}, rows.keys()  # layer 1 never examined: starred
     l0 = rows["L0"]  # steps 10, 20, ...: step 200 is column 19, the alarm at step 300 column 29
     assert set(l0[:19]) == {"dim"} and "dim" not in l0[19:], l0
@@ -900,8 +891,18 @@ def test_strips_dim_what_was_not_examined_and_say_blocks_are_not_alarms():
     marker_lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in buf.getvalue().splitlines()]
     under = [ln for ln in marker_lines if ln.strip() and set(ln.strip()) <= set("^DLE ")]
     assert any(len(ln) > 25 and ln[25] == "E" for ln in under), under  # under step 200 (column 19)
+    # a whole-model rule can alarm before E (it reads each layer from its own settling): red wins
+    res.summary["detection"]["coverage"]["first_examined_step"] = 400
+    l0 = _coloured_rows(res)["L0"]
+    assert l0.index("red") == 29 and "dim" not in l0[29:] and set(l0[:29]) == {"dim"}, l0
+    # a step that is no number says nothing: nothing dimmed (every cell was dimmed)
+    res.summary["detection"]["coverage"]["first_examined_step"] = "abc"
+    assert "dim" not in _coloured_rows(res)["L0"]
     del res.summary["detection"]
     assert "dim" not in _coloured_rows(res)["L0"]
+    assert "A block is not an alarm" not in render_terminal(res, width=400)  # nothing it describes is drawn
+    res.summary["detection"] = "not an object"
+    assert "HEALTHY" in render_terminal(res, width=400) or "ANOMALOUS" in render_terminal(res, width=400)
 
 
 def test_a_verdict_dated_at_the_divergence_has_no_lead_of_zero():
@@ -917,6 +918,7 @@ def test_a_verdict_dated_at_the_divergence_has_no_lead_of_zero():
     assert data.lead_text(res.summary, " steps") == words
     assert f"lead time {words}" in " ".join(render_terminal(res, width=400).split())
     assert "dated at the divergence" in step_summary_markdown(res)
+    assert "dated at the divergence" in render_html(res)
     res.summary["lead_time_steps"] = None
     assert data.lead_text(res.summary) == "-"
 
@@ -927,6 +929,9 @@ def test_the_evidence_tables_say_what_a_score_is():
     res = make_result()
     assert "score: a robust z (standard deviations" in " ".join(render_terminal(res, width=100).split())
     assert "score: a robust z (standard deviations" in render_html(res)
+    assert "own recent baseline" in render_html(res)
+    res.summary["detection"] = {"baseline": "reference"}
+    assert "from the reference run at the same step" in " ".join(render_terminal(res, width=100).split())
 
 
 def test_alarms_set_aside_are_shown_on_an_anomalous_run_too():
@@ -950,8 +955,11 @@ def test_alarms_set_aside_are_shown_on_an_anomalous_run_too():
     line = "set aside: 3 alarm(s) on layer(s) [1] from step 630, where the layer (or head) stood under 0.05"
     assert line in " ".join(render_terminal(res, width=400).split())
     assert "set aside: 3 alarm(s) on layer(s) [1] from step 630" in render_html(res)
-    res.summary["verdict"].update(anomalous=False, fault_type="healthy", evidence=[])
-    assert data.set_aside_note(res.summary) is None  # its reason says it
+    res.summary["verdict"].update(decision="unknown/loss-diverged", fault_type="unknown", evidence=[])
+    assert data.set_aside_note(res.summary) is None  # its reason says it: not twice
+    assert "set aside:" not in render_terminal(res, width=400)
+    res.summary["verdict"].update(anomalous=False, fault_type="healthy", decision="healthy")
+    assert data.set_aside_note(res.summary) is None
 
 
 def test_strip_legend_names_the_colours_and_every_marker():

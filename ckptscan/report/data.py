@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ckptscan.judge.classify import LOSS_DIVERGED
 from ckptscan.judge.logs import MAX_LISTED_ALARMS
 from ckptscan.layouts.config import as_int
 from ckptscan.monitors import names as series_names
@@ -162,11 +163,24 @@ def _step(s) -> str:
 # --- summary accessors (tolerant of missing optional keys) ----------------------------------------
 
 
+def detection(summary: dict) -> dict:
+    """summary.json's ``detection`` object ({} where it is missing or not an object)."""
+    d = summary.get("detection")
+    return d if isinstance(d, dict) else {}
+
+
+def coverage(summary: dict) -> dict | None:
+    """``detection.coverage`` (None where it is missing or not an object: a result stored before
+    coverage was kept, or a hand-edited one)."""
+    cov = detection(summary).get("coverage")
+    return cov if isinstance(cov, dict) else None
+
+
 def examined_text(summary: dict) -> str | None:
     """Which part of the run the detectors examined (``detection.coverage``), in words: a verdict
     speaks for those steps only (None where the summary does not say)."""
-    cov = (summary.get("detection") or {}).get("coverage")
-    if not isinstance(cov, dict) or "first_examined_step" not in cov:
+    cov = coverage(summary)
+    if cov is None or "first_examined_step" not in cov:
         return None
     first, settled = cov.get("first_examined_step"), cov.get("settled_step")
     when = f" (the run settled at step {settled})" if settled is not None else ""
@@ -209,13 +223,14 @@ def uncounted_note(summary: dict) -> str | None:
 
 
 def set_aside_note(summary: dict) -> str | None:
-    """On an anomalous verdict, the alarms the asleep rule set aside (``detection.coverage.
+    """On a verdict with alarms, the alarms the asleep rule set aside (``detection.coverage.
     dormant_alarms``) as one sentence; None where there were none, or where the verdict has no
-    alarm (its reason names them already)."""
+    alarm (``healthy``, ``inconclusive``, ``unknown/loss-diverged``: its reason names them)."""
     v = verdict(summary)
-    cov = (summary.get("detection") or {}).get("coverage")
-    d = cov.get("dormant_alarms") if isinstance(cov, dict) else None
-    if not v.get("anomalous") or not isinstance(d, dict) or not d.get("alarms"):
+    d = (coverage(summary) or {}).get("dormant_alarms")
+    if not v.get("anomalous") or not v.get("evidence") or v.get("decision") == LOSS_DIVERGED:
+        return None
+    if not isinstance(d, dict) or not d.get("alarms"):
         return None
     return (
         f"{d['alarms']} alarm(s) on layer(s) {d.get('layers')} from step {d.get('first_step')}, where the "
@@ -236,9 +251,6 @@ def evidence_step_text(summary: dict, e: dict) -> str:
         return "-"
     div, at = as_int((summary.get("loss") or {}).get("divergence_step")), as_int(step)
     return f"{step} (after divergence)" if div is not None and at is not None and at >= div else str(step)
-
-
-LOSS_DIVERGED = "unknown/loss-diverged"  # ``classify.LOSS_DIVERGED``: dated at the divergence itself
 
 
 def lead_text(summary: dict, unit: str = "") -> str:
@@ -275,11 +287,15 @@ def log_only_text(summary: dict) -> str:
 _JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint spike"}
 
 
-# what the evidence tables' score column holds (one unit for most rows; the others say theirs)
-SCORE_NOTE = (
-    "score: a robust z (standard deviations, median/MAD, from the series' own recent baseline) unless "
-    "the monitor names another"
-)
+def score_note(summary: dict) -> str:
+    """What the evidence tables' score column holds (one unit for most rows; the others say theirs):
+    a z against the series' own recent baseline, or, judged against a reference run
+    (``--baseline``), against that run at the same step."""
+    if detection(summary).get("baseline") == "reference":
+        against = "the reference run at the same step, its step-to-step spread"
+    else:
+        against = "the series' own recent baseline, median/MAD"
+    return f"score: a robust z (standard deviations from {against}) unless the monitor names another"
 
 
 def evidence_monitor(e: dict) -> str:
@@ -302,12 +318,11 @@ def evidence_monitor(e: dict) -> str:
 
 def markers(summary: dict) -> dict[str, int | None]:
     """The steps every timeline marks: earliest anomaly, loss divergence, log-only alarm, and the
-    first step the detectors examined (``detection.coverage``: before it nothing was scored, so
-    nothing there could raise an alarm)."""
+    first step the per-series tests scored (``detection.coverage``; the whole-model step-size
+    rules read each layer from its own settling and can alarm before it)."""
     v = verdict(summary)
     loss = summary.get("loss") or {}
-    cov = (summary.get("detection") or {}).get("coverage")
-    first = cov.get("first_examined_step") if isinstance(cov, dict) else None
+    first = (coverage(summary) or {}).get("first_examined_step")
     return {
         "earliest_step": v["earliest_step"],
         "divergence_step": loss.get("divergence_step"),
@@ -318,8 +333,7 @@ def markers(summary: dict) -> dict[str, int | None]:
 
 def layers_not_examined(summary: dict) -> set[int]:
     """The layers that never settled, so were never examined (``detection.coverage``)."""
-    cov = (summary.get("detection") or {}).get("coverage")
-    layers = cov.get("layers_not_examined") if isinstance(cov, dict) else None
+    layers = (coverage(summary) or {}).get("layers_not_examined")
     if not isinstance(layers, list):
         return set()
     return {n for n in (as_int(x) for x in layers) if n is not None}

@@ -327,7 +327,7 @@ def _verdict_html(s: dict) -> str:
         (
             "<div class='scroll'><table class='ev'><thead><tr><th>monitor</th><th>layer</th><th>head</th>"
             f"<th>first alarm step</th><th>score</th></tr></thead><tbody>{rows}</tbody></table></div>"
-            f"<p class='muted'>{_e(data.SCORE_NOTE)}</p>"
+            f"<p class='muted'>{_e(data.score_note(s))}</p>"
         )
         if rows
         else "<p class='muted'>no evidence items</p>"

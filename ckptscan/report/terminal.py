@@ -113,7 +113,7 @@ def _evidence_table(s: dict, console) -> None:
         return
     t = Table(
         title="evidence (first alarms)",
-        caption=data.SCORE_NOTE,
+        caption=data.score_note(s),
         show_lines=False,
     )
     for col in ("monitor", "layer", "head", "first alarm step", "score"):
@@ -150,15 +150,18 @@ def _heat_strips(result, console) -> None:
     leading = data.leading_monitors(s, tl.names(), k=STRIP_MONITORS)
     if not leading:
         return
-    persist = data.as_int((s.get("detection") or {}).get("persist")) or 3
-    for line in STRIP_LEGEND:
-        text = line.format(top=BLOCKS[-1], n=len(BLOCKS) - 1, warn=WARN_LEVEL, persist=persist)
-        console.print(Text(text, style="dim"))
+    persist = data.as_int(data.detection(s).get("persist")) or 3
     first_examined = marks.get("first_examined_step")
-    cov = (s.get("detection") or {}).get("coverage")
-    # a result stored before coverage was kept says nothing of it: nothing dimmed
-    known = isinstance(cov, dict) and "first_examined_step" in cov
-    never = data.layers_not_examined(s)
+    cov = data.coverage(s)
+    # a result stored without coverage (or with a step that is no number) says nothing of it
+    known = cov is not None and "first_examined_step" in cov
+    known = known and (
+        cov is not None and cov.get("first_examined_step") is None or first_examined is not None
+    )
+    never = data.layers_not_examined(s) if known else set()
+    for words in STRIP_LEGEND if known else STRIP_LEGEND[:1]:
+        text = words.format(top=BLOCKS[-1], n=len(BLOCKS) - 1, warn=WARN_LEVEL, persist=persist)
+        console.print(Text(text, style="dim"))
     xs = steps
     shown: set[str] = set()
     for name in leading:
@@ -184,18 +187,18 @@ def _heat_strips(result, console) -> None:
         console.print(Text(f"{name}  [{how}, anomalous direction {info.direction}{note}]", style="bold"))
         first_alarm = data.first_alarm_by_layer(s, name)
         for r in rows:
-            line = Text()  # a Text's own style would dim every block: only the label is dim
-            line.append(f"{f'L{r}' + ('*' if r in never else ''):<{label_w}}", style="dim")
+            row = Text()  # a Text's own style would dim every block: only the label is dim
+            row.append(f"{f'L{r}' + ('*' if r in never else ''):<{label_w}}", style="dim")
             for j in range(len(xs)):
                 lvl = min(len(BLOCKS) - 1, int(dev[r, j] / SIGMAS_PER_BLOCK))
                 ch = BLOCKS[lvl] if np.isfinite(red[r, j]) else " "
                 end = _bin_end(xs, j, steps)
-                if known and (r in never or first_examined is None or end < first_examined):
-                    line.append(ch, style="dim")  # not examined: nothing here could raise an alarm
-                    continue
                 alarmed = r in first_alarm and end >= first_alarm[r]
-                line.append(ch, style="red" if alarmed else ("yellow" if lvl >= WARN_LEVEL else ""))
-            console.print(line)
+                if not alarmed and known and (r in never or first_examined is None or end < first_examined):
+                    row.append(ch, style="dim")  # not scored by the per-series tests
+                    continue
+                row.append(ch, style="red" if alarmed else ("yellow" if lvl >= WARN_LEVEL else ""))
+            console.print(row)
         for mrow in marker_rows(xs, int(steps[-1]), marks):
             console.print(Text(" " * label_w + mrow, style="bold"))
             shown.update(c for c in mrow if c != " ")
@@ -205,9 +208,9 @@ def _heat_strips(result, console) -> None:
             f"{'':{label_w}}steps {steps[0]}..{steps[-1]} ({len(steps)} checkpoints{cols_note})", style="dim"
         )
     )
-    legend = [f"{ch} {what} {marks[key]}" for key, ch, what in MARKERS if ch in shown]
-    if legend:
-        console.print(Text(f"{'':{label_w}}" + ", ".join(legend), style="dim"))
+    named = [f"{ch} {what} {marks[key]}" for key, ch, what in MARKERS if ch in shown]
+    if named:
+        console.print(Text(f"{'':{label_w}}" + ", ".join(named), style="dim"))
 
 
 # what the strips show, and what they do not: tall blocks are not alarms
@@ -217,9 +220,11 @@ STRIP_LEGEND = (
     "MAD), in the direction a fault moves it (trending series: the detector's score against the "
     "layer's recent change); {top} = {n} or more; red: from the layer's first alarm on, yellow: "
     ">= {warn} before it.",
-    "A block is not an alarm: alarms are counted only from E (the first step examined, once the run "
-    "had left its early phase; dim before it, and on layers marked * that never did) and only where "
-    "the score stayed high ({persist} points in a row for most series).",
+    "A block is not an alarm: the per-series tests score from E (the first step examined, once the "
+    "run had left its early phase; dim before it, and on layers marked * that never did) and alarm "
+    "only where the score stays high ({persist} points in a row); the whole-model rules (step-size "
+    "jump, slow rise or fall, collapse depth) read each layer from its own settling and can alarm "
+    "before E (red is drawn over dim).",
 )
 
 
