@@ -201,8 +201,11 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     assert any("step-size jump not counted" in line for line in github_annotations(res))
     # --quiet prints the headline only: the headline says so (it used to read plain healthy)
     quiet = " ".join(render_terminal(res, width=400, quiet=True).split())
-    headline = "HEALTHY: no sustained anomaly in the monitors; a step-size jump at step 300 was not counted"
-    assert quiet == headline + " (confidence 0.17; see the report)"
+    headline = (
+        "HEALTHY: no sustained anomaly in the monitors; but a step-size jump at step 300 was not counted"
+    )
+    # the low confidence is the verdict's, not the jump's: the headline says whose
+    assert quiet == headline + ", so 'healthy' holds at confidence 0.17 only (see the report)"
     del res.summary["verdict"]["uncounted_jump"]
     assert "not counted" not in render_terminal(res, width=400) and note not in step_summary_markdown(res)
     assert (
@@ -914,11 +917,19 @@ def test_a_verdict_dated_at_the_divergence_has_no_lead_of_zero():
     assert f"lead time {lead} steps" in " ".join(render_terminal(res, width=400).split())
     res.summary["verdict"].update(decision="unknown/loss-diverged", fault_type="unknown", confidence=0.0)
     res.summary["lead_time_steps"] = 0
-    words = "0 steps (dated at the divergence: no monitor read the fault before it)"
-    assert data.lead_text(res.summary, " steps") == words
-    assert f"lead time {words}" in " ".join(render_terminal(res, width=400).split())
+    words = "0 steps (dated at the divergence: the monitors did not read the fault before it)"
+    assert data.lead_text(res.summary, " steps") == words  # no coverage recorded: not "nothing examined"
+    out = " ".join(render_terminal(res, width=400).split())
+    assert f"lead time {words}" in out
+    # its confidence of 0 is about the class: the headline does not print it as doubt about the run
+    assert "unknown (the loss diverged; no monitor named a cause)" in out and "confidence 0.00" not in out
     assert "dated at the divergence" in step_summary_markdown(res)
     assert "dated at the divergence" in render_html(res)
+    div = res.summary["loss"]["divergence_step"]
+    res.summary["detection"] = {"coverage": {"first_examined_step": div + 50}}
+    assert data.lead_text(res.summary) == "0 (dated at the divergence: nothing before it was examined)"
+    res.summary["detection"] = {"coverage": {"first_examined_step": div - 50}}
+    assert data.lead_text(res.summary).endswith("the monitors did not read the fault before it)")
     res.summary["lead_time_steps"] = None
     assert data.lead_text(res.summary) == "-"
 
@@ -952,9 +963,12 @@ def test_alarms_set_aside_are_shown_on_an_anomalous_run_too():
             },
         }
     }
-    line = "set aside: 3 alarm(s) on layer(s) [1] from step 630, where the layer (or head) stood under 0.05"
+    line = (
+        "set aside: 3 alarm(s) (attn.D2.entropy2) on layer(s) [1] from step 630, where the layer (or the "
+        "alarm's head) stood under 0.05"
+    )
     assert line in " ".join(render_terminal(res, width=400).split())
-    assert "set aside: 3 alarm(s) on layer(s) [1] from step 630" in render_html(res)
+    assert "set aside: 3 alarm(s) (attn.D2.entropy2) on layer(s) [1] from step 630" in render_html(res)
     res.summary["verdict"].update(decision="unknown/loss-diverged", fault_type="unknown", evidence=[])
     assert data.set_aside_note(res.summary) is None  # its reason says it: not twice
     assert "set aside:" not in render_terminal(res, width=400)
@@ -962,11 +976,26 @@ def test_alarms_set_aside_are_shown_on_an_anomalous_run_too():
     assert data.set_aside_note(res.summary) is None
 
 
+def test_an_alarm_at_the_first_step_examined_may_have_begun_earlier():
+    """An earliest anomalous step equal to the first step examined is where the tests began, not
+    necessarily where the fault did: the headline says so (a drill's fault at step 400 read
+    'earliest anomalous step 700', the run's first examined step)."""
+    res = make_result()
+    first = res.summary["verdict"]["earliest_step"]
+    assert "may have begun earlier" not in data.outcome(res.summary).text
+    res.summary["detection"] = {"coverage": {"first_examined_step": first}}
+    assert data.outcome(res.summary).text.endswith(
+        f"earliest anomalous step {first} (the first step examined: it may have begun earlier)"
+    )
+    res.summary["detection"] = {"coverage": {"first_examined_step": first - 10}}
+    assert "may have begun earlier" not in data.outcome(res.summary).text
+
+
 def test_strip_legend_names_the_colours_and_every_marker():
     from ckptscan.report.terminal import marker_rows
 
     out = render_terminal(make_result(n=300))
-    assert "red: from the layer's first alarm on, yellow: >= 5 before it" in " ".join(out.split())
+    assert "red: from the layer's first alarm on, yellow: >= 5 with no alarm (yet)" in " ".join(out.split())
     xs = np.array([0, 100, 200, 300])
     marks = {"earliest_step": 110, "divergence_step": 350, "log_only_alarm_step": 150}
     assert marker_rows(xs, 399, marks) == [" ^ D", " L"]  # L shares ^'s column: a row of its own, not hidden

@@ -159,9 +159,9 @@ def uncounted_jump(
             f"the whole model's step size jumped x{factor:.2f} or more {where}, in "
             f"{len(layers)} of "
             f"{max(1, n_layers)} layer(s), q/k and output projections together; the jump rule did not count "
-            f"it: too few layers rose above the highest step size they had had since they settled (a "
-            f"schedule restart looks the same; so does an LR raised in a run that started without "
-            f"warm-up). Check the LR schedule {'between those saves' if after is not None else 'there'}."
+            f"it: in too few of the layers did the step size go above the highest it had reached since the "
+            f"layer settled (a schedule restart looks the same; so does an LR raised in a run that started "
+            f"without warm-up). Check the LR schedule {'between those saves' if after is not None else 'there'}."
         ),
     }
 

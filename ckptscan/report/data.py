@@ -126,8 +126,13 @@ def outcome(summary: dict) -> Outcome:
         if v["anomalous"]:
             conf = v["confidence"]
             conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
+            if v.get("decision") == LOSS_DIVERGED:  # its 0 is no doubt that the run is anomalous
+                conf_s = " (the loss diverged; no monitor named a cause)"
             state = ANOMALOUS
-            text = f"{v['fault_type']}{conf_s}, earliest anomalous step {_step(v['earliest_step'])}"
+            text = (
+                f"{v['fault_type']}{conf_s}, earliest anomalous step {_step(v['earliest_step'])}"
+                + _first_examined(summary, v)
+            )
         elif v["fault_type"] == INCONCLUSIVE:
             state, text = INCONCLUSIVE, str(v.get("reason") or "not enough evidence for a verdict")
         else:
@@ -143,13 +148,24 @@ def no_verdict(error: str) -> Outcome:
 
 def _uncounted_headline(v: dict) -> str:
     """What a healthy headline adds for a step-size jump that was not counted (``uncounted_jump``):
-    ``--quiet`` prints the headline only, and such a jump is the one thing to check by hand."""
+    ``--quiet`` prints the headline only, and such a jump is the one thing to check by hand; with
+    the verdict's own (low) confidence, said to be the verdict's, not the jump's."""
     u = v.get("uncounted_jump")
     if not isinstance(u, dict) or u.get("step") is None:
         return ""
     conf = v.get("confidence")
-    sure = f"confidence {conf:.2f}; " if isinstance(conf, (int, float)) else ""
-    return f"; a step-size jump at step {u['step']} was not counted ({sure}see the report)"
+    sure = f", so 'healthy' holds at confidence {conf:.2f} only" if isinstance(conf, (int, float)) else ""
+    return f"; but a step-size jump at step {u['step']} was not counted{sure} (see the report)"
+
+
+def _first_examined(summary: dict, v: dict) -> str:
+    """What an anomalous headline adds where its earliest step is the first step examined: the
+    fault may have begun before it, where nothing was scored."""
+    first = as_int((coverage(summary) or {}).get("first_examined_step"))
+    earliest = as_int(v.get("earliest_step"))
+    if first is None or earliest is None or earliest != first or v.get("decision") == LOSS_DIVERGED:
+        return ""
+    return " (the first step examined: it may have begun earlier)"
 
 
 def _unreadable(n: int) -> str:
@@ -232,10 +248,13 @@ def set_aside_note(summary: dict) -> str | None:
         return None
     if not isinstance(d, dict) or not d.get("alarms"):
         return None
+    monitors = d.get("monitors")
+    on = f" ({', '.join(map(str, monitors))})" if isinstance(monitors, list) and monitors else ""
     return (
-        f"{d['alarms']} alarm(s) on layer(s) {d.get('layers')} from step {d.get('first_step')}, where the "
-        f"layer (or head) stood under {d.get('dormant_ratio')} of the largest head's ||M|| (read as not "
-        f"learning yet): not counted; a fault that began there would be missed"
+        f"{d['alarms']} alarm(s){on} on layer(s) {d.get('layers')} from step {d.get('first_step')}, where "
+        f"the layer (or the alarm's head) stood under {d.get('dormant_ratio')} of the largest head's "
+        f"||M|| at the alarm (read as not learning yet): not counted, while the alarms listed in the "
+        f"evidence were; a fault that began there would be missed"
     )
 
 
@@ -261,7 +280,16 @@ def lead_text(summary: dict, unit: str = "") -> str:
     if lead is None:
         return f"-{unit}"
     if verdict(summary).get("decision") == LOSS_DIVERGED:
-        return f"{lead}{unit} (dated at the divergence: no monitor read the fault before it)"
+        cov = coverage(summary)
+        first = as_int((cov or {}).get("first_examined_step"))
+        div = as_int((summary.get("loss") or {}).get("divergence_step"))
+        if (
+            cov is not None
+            and "first_examined_step" in cov
+            and (first is None or (div is not None and first >= div))
+        ):
+            return f"{lead}{unit} (dated at the divergence: nothing before it was examined)"
+        return f"{lead}{unit} (dated at the divergence: the monitors did not read the fault before it)"
     return f"{lead}{unit}"
 
 

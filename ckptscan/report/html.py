@@ -363,7 +363,7 @@ def _inputs_html(result) -> str:
     log = s.get("log") or (s.get("loss") or {}).get("log")
     rows = [
         ("run", s.get("run")),
-        ("output folder", s.get("out")),
+        ("output folder", result.out_dir or s.get("out")),  # where it is read from now (``report``)
         ("layout", f"{lay.get('family', '?')}" + (f" ({cfg_s})" if cfg_s else "")),
         (
             "attention blocks / routers",

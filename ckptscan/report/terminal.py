@@ -104,7 +104,7 @@ def print_result(result, console, quiet: bool = False) -> None:
             console.print(f"  {escape(str(sk['path']))}: {escape(str(sk['reason']))}{tag}")
         if len(skipped) > 20:
             console.print(f"  ... and {len(skipped) - 20} more (see summary.json)")
-    console.print(f"results: {escape(str(s.get('out', result.out_dir)))}")
+    console.print(f"results: {escape(str(result.out_dir or s.get('out')))}")
 
 
 def _evidence_table(s: dict, console) -> None:
@@ -219,9 +219,10 @@ STRIP_LEGEND = (
     "far the layer's value stood from its own early level, in robust standard deviations (median and "
     "MAD), in the direction a fault moves it (trending series: the detector's score against the "
     "layer's recent change); {top} = {n} or more; red: from the layer's first alarm on, yellow: "
-    ">= {warn} before it.",
+    ">= {warn} with no alarm (yet).",
     "A block is not an alarm: the per-series tests score from E (the first step examined, once the "
-    "run had left its early phase; dim before it, and on layers marked * that never did) and alarm "
+    "run had left its early phase; dim before it, where colour is shown; L1* marks a layer that never "
+    "left it, none of whose cells was scored) and alarm "
     "only where the score stays high ({persist} points in a row); the whole-model rules (step-size "
     "jump, slow rise or fall, collapse depth) read each layer from its own settling and can alarm "
     "before E (red is drawn over dim).",
