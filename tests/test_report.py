@@ -991,6 +991,20 @@ def test_an_alarm_at_the_first_step_examined_may_have_begun_earlier():
     assert "may have begun earlier" not in data.outcome(res.summary).text
 
 
+def test_a_score_that_is_no_z_carries_its_unit():
+    """One score column holds z-scores, factors and entropy drops: a slow fall's 0.131 read as the
+    weakest row next to z's of 10.  Each non-z score carries its sign of unit."""
+    assert data.score_text({"score": 13.41, "test": "level"}) == "13.4"
+    assert data.score_text({"score": 1.754, "test": "jump"}) == "x1.75"
+    assert data.score_text({"score": 1.6, "test": "rise"}) == "x1.6"
+    assert data.score_text({"score": 29.5, "test": "depth"}) == "/29.5"
+    assert data.score_text({"score": 0.1834, "test": "fall"}) == "-0.183"
+    assert data.score_text({"score": None}) == "-" and data.score_text({"score": "n/a"}) == "n/a"
+    res = make_result()
+    res.summary["verdict"]["evidence"][0].update(test="fall", score=0.1834)
+    assert "-0.183" in render_terminal(res, width=100) and "-0.183" in render_html(res)
+
+
 def test_strip_legend_names_the_colours_and_every_marker():
     from ckptscan.report.terminal import marker_rows
 

@@ -323,7 +323,24 @@ def score_note(summary: dict) -> str:
         against = "the reference run at the same step, its step-to-step spread"
     else:
         against = "the series' own recent baseline, median/MAD"
-    return f"score: a robust z (standard deviations from {against}) unless the monitor names another"
+    return (
+        f"score: a robust z (standard deviations from {against}); x: a jump or rise factor, /: a "
+        f"collapse's fall factor, -: a slow fall's entropy drop (the monitor says which)"
+    )
+
+
+def score_text(e: dict) -> str:
+    """An evidence item's score with its unit where it is not a z: ``x1.75`` for a jump or rise
+    factor, ``/29.5`` for a depth's fall factor (the head's D2 entropy fell to 1/29.5 of its
+    settled level), ``-0.183`` for a slow fall's entropy drop; a z as the number alone."""
+    x = e.get("score")
+    if x is None:
+        return "-"
+    try:
+        v = f"{float(x):.3g}"
+    except (TypeError, ValueError):
+        return str(x)
+    return {"jump": f"x{v}", "rise": f"x{v}", "depth": f"/{v}", "fall": f"-{v}"}.get(str(e.get("test")), v)
 
 
 def evidence_monitor(e: dict) -> str:

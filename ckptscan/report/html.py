@@ -320,7 +320,7 @@ def _verdict_html(s: dict) -> str:
     facts_html = "".join(f"<div><span>{_e(k)}</span><b>{_e(val)}</b></div>" for k, val in facts)
     rows = "".join(
         f"<tr><td>{_e(data.evidence_monitor(e))}</td><td>{_e(e.get('layer'))}</td><td>{_e(e.get('head'))}</td>"
-        f"<td>{_e(data.evidence_step_text(s, e))}</td><td>{_e(_score(e.get('score')))}</td></tr>"
+        f"<td>{_e(data.evidence_step_text(s, e))}</td><td>{_e(data.score_text(e))}</td></tr>"
         for e in v["evidence"][:50]
     )
     ev = (
@@ -344,13 +344,6 @@ def _verdict_html(s: dict) -> str:
     aside = data.set_aside_note(s)
     reason += f"<p class='muted'>set aside: {_e(aside)}</p>" if aside else ""
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
-
-
-def _score(x):
-    try:
-        return f"{float(x):.3g}"
-    except (TypeError, ValueError):
-        return x
 
 
 def _inputs_html(result) -> str:

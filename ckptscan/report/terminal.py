@@ -25,15 +25,6 @@ def _fmt_step(s):
     return "-" if s is None else str(s)
 
 
-def _fmt_score(x):
-    if x is None:
-        return "-"
-    try:
-        return f"{float(x):.3g}"
-    except (TypeError, ValueError):
-        return str(x)
-
-
 STATE_STYLE = {
     data.ANOMALOUS: "bold red",
     data.INCONCLUSIVE: "bold yellow",
@@ -124,7 +115,7 @@ def _evidence_table(s: dict, console) -> None:
             _fmt_step(e.get("layer")),
             _fmt_step(e.get("head")),
             data.evidence_step_text(s, e),
-            _fmt_score(e.get("score")),
+            data.score_text(e),
         )
     console.print(t)
     if len(ev) > 15:
