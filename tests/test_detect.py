@@ -1698,9 +1698,9 @@ def test_an_uncounted_jump_note_names_the_saves_around_it_and_floors_its_factor(
     )
 
 
-def test_an_uncounted_jump_after_the_divergence_is_not_reported():
-    """After the loss diverged everything moves: a jump read there says nothing about the cause."""
-    a = detect.Alarm(
+def _late_jump() -> detect.Alarm:
+    """A whole-model jump alarm of layer 0 at step 500 (x3), as the jump rule words it."""
+    return detect.Alarm(
         "attn.q.update_ratio",
         "attn.q.update_ratio",
         0,
@@ -1716,6 +1716,11 @@ def test_an_uncounted_jump_after_the_divergence_is_not_reported():
         "jump",
         "jump",
     )
+
+
+def test_an_uncounted_jump_after_the_divergence_is_not_reported():
+    """After the loss diverged everything moves: a jump read there says nothing about the cause."""
+    a = _late_jump()
     assert classify.uncounted_jump([a], 2, horizon=400) is None
     assert classify.uncounted_jump([a], 2, horizon=500)["step"] == 500
     assert classify.uncounted_jump([a], 2)["layers"] == [0]
@@ -1728,22 +1733,7 @@ def test_a_healthy_verdict_next_to_an_uncounted_jump_is_less_sure():
     confidence, not the plain ``healthy`` one (on the corpus every such run was a raised LR, read
     ``healthy`` at 0.91 before).  A jump reported after the divergence changes nothing, and a verdict
     with alarms keeps its own path."""
-    a = detect.Alarm(
-        "attn.q.update_ratio",
-        "attn.q.update_ratio",
-        0,
-        None,
-        500,
-        50,
-        3.0,
-        "step_size",
-        "up",
-        510,
-        2,
-        500,
-        "jump",
-        "jump",
-    )
+    a = _late_jump()
     cov = {"missing": None, "settled_step": 100, "layers_not_examined": []}
     plain = classify.classify([], [], 2, [], coverage=cov)
     assert (plain["fault_type"], plain["decision"]) == ("healthy", "healthy")
