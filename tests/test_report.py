@@ -904,8 +904,9 @@ def test_strips_dim_what_was_not_examined_and_say_blocks_are_not_alarms():
     del res.summary["detection"]
     assert "dim" not in _coloured_rows(res)["L0"]
     assert "A block is not an alarm" not in render_terminal(res, width=400)  # nothing it describes is drawn
-    res.summary["detection"] = "not an object"
+    res.summary["detection"] = "not an object"  # a hand-edited summary: the reports still render
     assert "HEALTHY" in render_terminal(res, width=400) or "ANOMALOUS" in render_terminal(res, width=400)
+    assert "<html" in render_html(res)
 
 
 def test_a_verdict_dated_at_the_divergence_has_no_lead_of_zero():

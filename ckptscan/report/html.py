@@ -244,14 +244,14 @@ def _scale(values: np.ndarray) -> dict:
 
 def _reference_run(summary: dict):
     """The stored analysis of the reference run the judgement used, if it is still there."""
-    ref = (summary.get("detection") or {}).get("reference_out")
+    ref = data.detection(summary).get("reference_out")
     path = Path(ref) / "timeline.h5" if ref else None
     if path is None or not path.is_file():
         return None
     from ckptscan.store.timeline import Timeline
 
     try:
-        return (str((summary.get("detection") or {}).get("reference_run") or ref), Timeline.load(path))
+        return (str(data.detection(summary).get("reference_run") or ref), Timeline.load(path))
     except (OSError, KeyError, ValueError):  # a report renders without it
         return None
 
