@@ -37,6 +37,7 @@ import numpy as np
 
 from ckptscan.judge.detect import COLLAPSE_JUMP, Alarm, ModelJump
 from ckptscan.judge.faults import UNKNOWN
+from ckptscan.layouts.config import as_int
 
 DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alarms count as together
 # times the run's settled step (``coverage["settled_step"]``: the step at which its first layer
@@ -277,6 +278,14 @@ def _unexamined(coverage: dict | None) -> str:
     return f"; layer(s) {sorted(layers)} were not examined (they settled too late, or never)"
 
 
+def examined_before(coverage: dict, step: int | None) -> bool:
+    """Whether the detectors examined any checkpoint before ``step`` (``coverage``:
+    ``detection.coverage``; a ``first_examined_step`` that is no whole number counts as none;
+    ``step`` None: whether they examined anything)."""
+    first = as_int(coverage.get("first_examined_step"))
+    return first is not None and (step is None or first < step)
+
+
 def _unread_why(step: int, coverage: dict | None) -> str:
     """Why the monitors said nothing before a loss that diverged at ``step``: no checkpoint before
     it was examined (the run settled, or was first scored, at or after it), or they did not read the
@@ -284,7 +293,7 @@ def _unread_why(step: int, coverage: dict | None) -> str:
     if coverage is None:
         return "the monitors did not read this fault (it may have begun before the run settled)"
     first, settled = coverage.get("first_examined_step"), coverage.get("settled_step")
-    if first is None or first >= step:
+    if not examined_before(coverage, step):
         when = f"the run settled at step {settled}" if settled is not None else "the run never settled"
         scored = f", first examined at step {first}" if first is not None else ""
         return f"no checkpoint before the divergence was examined ({when}{scored})"
@@ -301,8 +310,11 @@ def _loss_diverged(step: int, coverage: dict | None) -> dict:
     healthy, and an examination too short for a verdict does not make it less anomalous.  Its
     confidence is 0: no class is named."""
     missing = (coverage or {}).get("missing")
-    first = (coverage or {}).get("first_examined_step")
-    if (coverage or {}).get("settled_step") is not None and (first is None or first >= step):
+    if (
+        coverage is not None
+        and coverage.get("settled_step") is not None
+        and not examined_before(coverage, step)
+    ):
         # the run settled, but nothing before the divergence was examined (the reason says so): how
         # many points came after it is moot (a run that never settled keeps what says why)
         missing = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ckptscan.judge.classify import LOSS_DIVERGED
+from ckptscan.judge.classify import LOSS_DIVERGED, examined_before
 from ckptscan.judge.logs import MAX_LISTED_ALARMS
 from ckptscan.layouts.config import as_int
 from ckptscan.monitors import names as series_names
@@ -281,13 +281,8 @@ def lead_text(summary: dict, unit: str = "") -> str:
         return f"-{unit}"
     if verdict(summary).get("decision") == LOSS_DIVERGED:
         cov = coverage(summary)
-        first = as_int((cov or {}).get("first_examined_step"))
         div = as_int((summary.get("loss") or {}).get("divergence_step"))
-        if (
-            cov is not None
-            and "first_examined_step" in cov
-            and (first is None or (div is not None and first >= div))
-        ):
+        if cov is not None and "first_examined_step" in cov and not examined_before(cov, div):
             return f"{lead}{unit} (dated at the divergence: nothing before it was examined)"
         return f"{lead}{unit} (dated at the divergence: the monitors did not read the fault before it)"
     return f"{lead}{unit}"

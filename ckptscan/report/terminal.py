@@ -143,12 +143,10 @@ def _heat_strips(result, console) -> None:
         return
     persist = data.as_int(data.detection(s).get("persist")) or 3
     first_examined = marks.get("first_examined_step")
-    cov = data.coverage(s)
-    # a result stored without coverage (or with a step that is no number) says nothing of it
-    known = cov is not None and "first_examined_step" in cov
-    known = known and (
-        cov is not None and cov.get("first_examined_step") is None or first_examined is not None
-    )
+    raw = (data.coverage(s) or {}).get("first_examined_step", _UNRECORDED)
+    # recorded: nothing examined (None) or a step; a result stored without coverage, or with a
+    # step that is no number, says nothing of it
+    known = raw is None or first_examined is not None
     never = data.layers_not_examined(s) if known else set()
     for words in STRIP_LEGEND if known else STRIP_LEGEND[:1]:
         text = words.format(top=BLOCKS[-1], n=len(BLOCKS) - 1, warn=WARN_LEVEL, persist=persist)
@@ -203,6 +201,8 @@ def _heat_strips(result, console) -> None:
     if named:
         console.print(Text(f"{'':{label_w}}" + ", ".join(named), style="dim"))
 
+
+_UNRECORDED = object()  # a coverage without ``first_examined_step``
 
 # what the strips show, and what they do not: tall blocks are not alarms
 STRIP_LEGEND = (
