@@ -22,6 +22,7 @@ from ckptscan.api import Result, load_result
 from ckptscan.cli import main
 from ckptscan.discover.checkpoints import Skipped
 from ckptscan.judge import detect
+from ckptscan.judge.classify import confidence
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
 from ckptscan.report.html import build_payload, render_html, to_json, write_html
@@ -70,7 +71,7 @@ def make_result(
             "anomalous": anomalous,
             "earliest_step": first,
             "fault_type": "lowprec_attention" if anomalous else "healthy",
-            "confidence": 0.9 if anomalous else 0.0,
+            "confidence": 0.9 if anomalous else confidence("healthy"),
             "evidence": [
                 {
                     "monitor": "attn.D2.entropy2",
@@ -208,6 +209,11 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     assert quiet == headline + ", so 'healthy' holds at confidence 0.17 only (see the report)"
     del res.summary["verdict"]["uncounted_jump"]
     assert "not counted" not in render_terminal(res, width=400) and note not in step_summary_markdown(res)
+    # without the jump, the healthy headline still says how sure it is (the verdict's own confidence)
+    assert render_terminal(res, width=400, quiet=True).strip() == (
+        "HEALTHY: no sustained anomaly in the monitors (confidence 0.17)"
+    )
+    res.summary["verdict"]["confidence"] = None  # an older summary without one: no number invented
     assert (
         render_terminal(res, width=400, quiet=True).strip() == "HEALTHY: no sustained anomaly in the monitors"
     )
@@ -296,7 +302,7 @@ def test_terminal_report_order_width_and_no_colour():
 def test_terminal_quiet_healthy_and_skipped():
     res = make_result(anomalous=False, skipped=["checkpoint-7/model.safetensors"])
     assert render_terminal(res, quiet=True).strip() == (
-        "HEALTHY: no sustained anomaly in the monitors; 1 input could not be read"
+        "HEALTHY: no sustained anomaly in the monitors (confidence 0.92); 1 input could not be read"
     )
     out = render_terminal(res)
     assert "skipped (1)" in out and "checkpoint-7/model.safetensors: truncated header" in out

@@ -136,7 +136,7 @@ def outcome(summary: dict) -> Outcome:
         elif v["fault_type"] == INCONCLUSIVE:
             state, text = INCONCLUSIVE, str(v.get("reason") or "not enough evidence for a verdict")
         else:
-            state, text = HEALTHY, "no sustained anomaly in the monitors" + _uncounted_headline(v)
+            state, text = HEALTHY, "no sustained anomaly in the monitors" + (_uncounted_headline(v) or _sure(v))
         return Outcome(state, text + _unreadable(unreadable), unreadable)
     return Outcome(NO_VERDICT, text + _unreadable(unreadable), unreadable)
 
@@ -156,6 +156,13 @@ def _uncounted_headline(v: dict) -> str:
     conf = v.get("confidence")
     sure = f", so 'healthy' holds at confidence {conf:.2f} only" if isinstance(conf, (int, float)) else ""
     return f"; but a step-size jump at step {u['step']} was not counted{sure} (see the report)"
+
+
+def _sure(v: dict) -> str:
+    """A healthy headline's confidence: how often this decision path was right on the calibration
+    runs (a healthy verdict is a claim too; ``--quiet`` prints the headline only)."""
+    conf = v.get("confidence")
+    return f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
 
 
 def _first_examined(summary: dict, v: dict) -> str:
