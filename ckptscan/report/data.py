@@ -136,7 +136,10 @@ def outcome(summary: dict) -> Outcome:
         elif v["fault_type"] == INCONCLUSIVE:
             state, text = INCONCLUSIVE, str(v.get("reason") or "not enough evidence for a verdict")
         else:
-            state, text = HEALTHY, "no sustained anomaly in the monitors" + (_uncounted_headline(v) or _sure(v))
+            state, text = (
+                HEALTHY,
+                "no sustained anomaly in the monitors" + (_uncounted_headline(v) or _sure(v)),
+            )
         return Outcome(state, text + _unreadable(unreadable), unreadable)
     return Outcome(NO_VERDICT, text + _unreadable(unreadable), unreadable)
 
