@@ -1204,9 +1204,72 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
             np.log(np.median(grown[n][:, 0], axis=1)) for n in ("attn.q.update_ratio", "attn.k.update_ratio")
         ]
         for col in ((qk[0] + qk[1]) / 2, np.log(grown["out.update_ratio"][:, 0, 0])):
-            ref = np.median(col[(steps >= first - span) & (steps <= first - span / 3) & settled])
+            near = span / detect.Params().rise_near
+            ref = np.median(col[(steps >= first - span) & (steps <= first - near) & settled])
             assert col[i : i + 3].min() - ref >= np.log(1.5), seed
         assert detect.rise_alarms(t, detect.Params(rise=0.0)) == []
+
+
+def test_a_jump_after_settling_is_read_against_the_settled_level_not_the_warm_up_peak(tmp_path):
+    """Saves every 250 steps: the warm-up's step size peaks at step 500, x2.5 over the run's, and the
+    layers settle at step 750 (half that peak); then the LR ramps: x2.4 at step 1000, x4 from 1250
+    on, in q, k and the output projections.  Read against its level from the two values before it
+    (the warm-up peak among them), the step at 1000 was x0.8 and no jump; the step at 1250 then read
+    against the rise carried on: the run was called healthy (an HF Mixtral ramp on `holdout21`).  A
+    settled layer's level now comes from its settled values alone: x2.4 at 1000 and above, and
+    above its settled high: a jump."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)
+        for name in _STEP_NAMES:
+            s[name][1] *= 2.5  # the warm-up peak
+            s[name][3] *= 2.4
+            s[name][4:] *= 4.0
+        t = Timeline.from_arrays(steps, s)
+        assert detect.layer_starts(t).tolist() == [2, 2], seed  # settled at step 750
+        old = judge(tmp_path, t, [], params=detect.Params(level_settled=False))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", 1000), seed
+        # the level by hand, layer 0 at step 1000: the one settled value before it (step 750)
+        g, _ = detect._model_steps(t)
+        starts = detect.layer_starts(t)
+        np.testing.assert_allclose(
+            detect.jump_score(g, "jump", starts)[3], np.minimum(g[3], g[4]) - g[2], rtol=1e-12
+        )
+        np.testing.assert_allclose(
+            detect.jump_score(g, "jump")[3], np.minimum(g[3], g[4]) - np.maximum(g[2], g[1]), rtol=1e-12
+        )
+        # without the ramp, the warm-up peak and the settled values alone raise nothing
+        steps, s = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)
+        for name in _STEP_NAMES:
+            s[name][1] *= 2.5
+        assert detect.jump_alarms(Timeline.from_arrays(steps, s), starts=np.array([2, 2])) == [], seed
+
+
+def test_a_fast_growth_is_read_by_the_rise_rule_before_it_runs_away(tmp_path):
+    """The LR grows x e^6 per 1000 steps from just after the run settled (saves every 10 and every
+    50 steps): x1.5 in about 70 steps, x3.7 by 220.  The rise rule compared with the step size's
+    level 2/3 to 2 settling times back: nothing could be read until two thirds of a settling time
+    after the onset (~270-345 steps here), when the LR stood x5-8 (a Lightning Qwen3 run of
+    `holdout21` grew e^9 per 1000 steps and diverged first).  The window now ends 1/3 of a settling
+    time back: read 130 steps sooner."""
+    for spacing, n in ((10, 150), (50, 40)):
+        for seed in range(4):
+            steps, s = _fine_run_with_projections(seed, n=n, spacing=spacing, warmup=100)
+            onset = int(steps[detect.layer_starts(Timeline.from_arrays(steps, s)).max()]) + 5
+            grown = _lr_growth(s, steps, onset, 6.0)
+            # the rise rule alone (the jump rule's settled level aside: it reads some of these as a jump)
+            before = detect.Params(rise_near=3.0, level_settled=False)
+            old = judge(tmp_path, Timeline.from_arrays(steps, grown), [], params=before)["verdict"]
+            now = detect.Params(level_settled=False)
+            v = judge(tmp_path, Timeline.from_arrays(steps, grown), [], params=now)["verdict"]
+            assert v["decision"] == old["decision"] == "high_lr/rise", (spacing, seed)
+            assert old["earliest_step"] - onset > 250, (spacing, seed)
+            assert 0 < v["earliest_step"] - onset <= 200, (spacing, seed, v["earliest_step"])
+            assert v["earliest_step"] <= old["earliest_step"] - 100, (spacing, seed)
+            # every rule at its default: high_lr, no later
+            d = judge(tmp_path, Timeline.from_arrays(steps, grown), [])["verdict"]
+            assert d["fault_type"] == "high_lr" and onset < d["earliest_step"] <= v["earliest_step"], seed
 
 
 def test_slow_rise_against_a_direct_reading():

@@ -565,7 +565,7 @@ def _signature(
             "high_lr",
             "high_lr/rise",
             (
-                f"the step size rose slowly to x{factor:.1f} or more over where it stood 2/3 to 2 settling "
+                f"the step size rose slowly to x{factor:.1f} or more over where it stood 1/3 to 2 settling "
                 f"times before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
                 f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
             ),

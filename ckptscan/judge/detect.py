@@ -47,11 +47,12 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
    collapse down; this compares with where the head was.
 7. *A slow step-size rise across the model* (``rise_alarms``), on the checkpoints: the attention
-   step size *and* the output projections' ``rise`` times above their level 2/3 to 2 settling
-   times before (the median there), ``persist`` checkpoints in a row, in three quarters of the layers, where no one save
-   interval carried half the rise (a jump is 5.'s) and no restart (a dip) came before it: an LR
-   that grows exponentially moves a few percent per save, under the rate test's floor, and may
-   stay under the settled high that 5. and the shift test ask for.
+   step size *and* the output projections' ``rise`` times above their level 1/3 to 2 settling
+   times before (the median there; ``rise_near``), ``persist`` checkpoints in a row, in three
+   quarters of the layers, where no one save interval carried half the rise (a jump is 5.'s) and
+   no restart (a dip) came before it: an LR that grows exponentially moves a few percent per save,
+   under the rate test's floor, and may stay under the settled high that 5. and the shift test ask
+   for.
 8. *A slow fall of attention structure across the model* (``fall_alarms``), on the checkpoints:
    each layer's median over its heads of D2 entropy ``fall`` under its level 2/3 to 2 settling
    times before (7.'s span), ``persist`` checkpoints in a row, in three quarters of the layers: the
@@ -121,10 +122,14 @@ class Params:
     #                              not at its running high (``rising``; False: the rules before)
     jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
     #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before)
+    level_settled: bool = True  # the jump rule reads a settled layer's level from the values it had since it
+    #                             settled, not from its warm-up peak (False: the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
     rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
-    #                    level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    #                    level 1/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    rise_near: float = 6.0  # ... that reference window ending RISE_SPAN / this settling times before the
+    #                         point read (3: the rules before, 2/3): a fast growth is read sooner
     asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
@@ -497,7 +502,7 @@ def _layers_needed(n_read: int) -> int:
     return max(min(2, n_read), int(np.ceil(JUMP_LAYERS * n_read)))
 
 
-def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
+def _level_before(g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
     two checkpoints before and the last value carried along its own last rise (a warm-up rises,
     and decelerates: its next rise is never larger than its last; a dip of one checkpoint is
@@ -505,11 +510,21 @@ def _level_before(g: np.ndarray, i: np.ndarray) -> np.ndarray:
     and the fall from i - 3 to i - 2 carried on (the step size of an optimizer whose weights grow
     falls, and a jump is read against where it got; a dip at i - 1 on a fall is covered by the
     fall before it).  Where i - 3 is undefined (the third value of a series whose first checkpoint
-    has no update ratio), no fall is read: two values give the level."""
+    has no update ratio), no fall is read: two values give the level.  ``starts`` (per layer, the
+    first examined checkpoint, ``layer_starts``): a layer settled by i - 1 reads its level from its
+    settled values alone (i - 1 only, where i - 2 came before it settled): a warm-up peak is not
+    where the settled step size stands, and the settled-high test (``above_settled``) reads those
+    values too."""
     last, before = g[i - 1], g[i - 2]
-    level = np.maximum(last + np.maximum(last - before, 0.0), before)
     third = g[np.maximum(i - 3, 0)]
     third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
+    if starts is not None:  # a settled layer's level from its settled values alone
+        ii = np.asarray(i).reshape(-1, 1)
+        s0 = np.asarray(starts)[None, : g.shape[1]]
+        settled = ii - 1 >= s0
+        before = np.where(settled & (ii - 2 < s0), last, before)
+        third = np.where(settled & (ii - 3 < s0), np.nan, third)
+    level = np.maximum(last + np.maximum(last - before, 0.0), before)
     with np.errstate(invalid="ignore"):
         falling = (last < before) & (before < third)
     return np.where(falling, np.maximum(last, 2.0 * before - third), level)
@@ -525,7 +540,7 @@ PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much 
 SPIKE_STAYS = 1.2  # a spike's next checkpoint stands at least this much above the level
 
 
-def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
+def jump_score(g: np.ndarray, shape: str = "jump", starts: np.ndarray | None = None) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
     its level before i (``_level_before``), read in one of three ``shape``s:
 
@@ -538,7 +553,8 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
       within a long save interval as its second moment catches up).
 
     NaN where a value read (from i - 2 on; i - 3 only tells a fall, ``_level_before``) is
-    undefined or the shape's condition fails."""
+    undefined or the shape's condition fails.  ``starts``: the level of a settled layer from its
+    settled values (``_level_before``)."""
     ahead = _reads(shape)[1]
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
@@ -546,7 +562,7 @@ def jump_score(g: np.ndarray, shape: str = "jump") -> np.ndarray:
     if n < 3 + ahead:
         return out
     i = np.arange(2, n - ahead)
-    level = _level_before(g, i)
+    level = _level_before(g, i, starts)
     ok = np.isfinite(np.stack([g[i + d] for d in range(-2, ahead + 1)])).all(axis=0)
     with np.errstate(invalid="ignore"):
         if shape == "jump":
@@ -690,7 +706,8 @@ def jump_alarms(
     ``JUMP_LAYERS`` of the layers whose step size is read there (and in two of them where two or
     more are), both the layer's attention step size (``step_size``: q, k, router) and its output
     projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above their
-    level just before (``jump_score``: two checkpoints in a row; or the two after one that rose part
+    level just before (``jump_score``; a settled layer's from its settled values, with
+    ``params.level_settled``: two checkpoints in a row; or the two after one that rose part
     way; or ``params.jump_spike`` times at one checkpoint, the next still x``SPIKE_STAYS`` above the
     level; these two where the saves they read are evenly spaced) and above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
@@ -720,8 +737,9 @@ def jump_alarms(
         times = thresholds[shape]
         if times <= 0:
             continue
-        qk = jump_score(g, shape)
-        f = np.minimum(qk, jump_score(go, shape))  # both must have jumped (NaN where either is unread)
+        own = starts if params.level_settled and starts is not None else None
+        qk = jump_score(g, shape, own)
+        f = np.minimum(qk, jump_score(go, shape, own))  # both must have jumped (NaN where either is unread)
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
             high, high_o = (
@@ -807,7 +825,9 @@ def _reference_span(steps: np.ndarray, settled: list[int]) -> float:
     return max(RISE_SPAN * float(steps[max(settled)]), 4 * float(np.median(np.diff(steps))))
 
 
-def _reference_windows(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int):
+def _reference_windows(
+    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = 3.0
+):
     """The slow rules' readings of ``col``: per checkpoint i from ``s0`` on whose values at
     i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` / 3
     steps before i, from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
@@ -815,22 +835,24 @@ def _reference_windows(col: np.ndarray, steps: np.ndarray, s0: int, span: float,
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
         j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
-        j1 = int(np.searchsorted(steps, steps[i] - span / 3, side="right"))
+        j1 = int(np.searchsorted(steps, steps[i] - span / near, side="right"))
         vals = col[j0:j1][np.isfinite(col[j0:j1])]
         if len(vals) >= 2 and np.isfinite(now).all():
             yield i, now, float(np.median(vals)), j0
 
 
-def _slow_rise(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int) -> np.ndarray:
+def _slow_rise(
+    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = 3.0
+) -> np.ndarray:
     """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
     values at i .. i + persist - 1 less its reference level (the median of the values from
-    ``span`` to ``span`` / 3 steps before i, from its first examined checkpoint ``s0`` on, two of
-    them at least), where the rise was gradual (from the first checkpoint of the reference window
+    ``span`` to ``span`` / ``near`` steps before i, from its first examined checkpoint ``s0`` on, two
+    of them at least), where the rise was gradual (from the first checkpoint of the reference window
     to i + persist - 1, no step from one defined value to the next rose more than
     ``RISE_GRADUAL`` of it: an undefined value does not hide a jump) and came without a restart
     (nothing from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
     out = np.full(len(col), np.nan)
-    for i, now, ref, j0 in _reference_windows(col, steps, s0, span, persist):
+    for i, now, ref, j0 in _reference_windows(col, steps, s0, span, persist, near):
         rise = float(now.min()) - ref
         if rise <= 0:
             continue
@@ -853,7 +875,7 @@ def rise_levels(
 ) -> tuple[np.ndarray, int]:
     """([N, L], need): per checkpoint and layer, the log rise the rise rule reads (``rise_alarms``):
     the smaller of the attention step size's and the output projections' ``_slow_rise`` over their
-    level ``RISE_SPAN`` settling times to a third of that before (the median there; the settling
+    level ``RISE_SPAN`` settling times to 1/``params.rise_near`` of that before (the median there; the settling
     time: the step at which the last layer to settle did, ``starts``: ``layer_starts``; the span
     at least four median save intervals), lowest over ``params.persist`` checkpoints; NaN where either is
     unread or did not rise so.  ``need``: the layers that must rise together, ``JUMP_LAYERS`` of
@@ -875,8 +897,8 @@ def rise_levels(
         s0 = int(starts[layer]) if layer < len(starts) else n
         # both must have risen: NaN (no rise read) in either is NaN here
         rise[:, layer] = np.minimum(
-            _slow_rise(g[:, layer], steps, s0, span, persist),
-            _slow_rise(go[:, layer], steps, s0, span, persist),
+            _slow_rise(g[:, layer], steps, s0, span, persist, params.rise_near),
+            _slow_rise(go[:, layer], steps, s0, span, persist, params.rise_near),
         )
     return rise, _layers_needed(total)
 
@@ -891,8 +913,8 @@ def rise_alarms(
     """A step size rising slowly across the whole model: the first checkpoint at which, in the
     layers ``rise_levels`` needs, both the attention step size (``step_size``: q, k, router) and
     the output projections' stand ``params.rise`` times above their level ``RISE_SPAN`` settling
-    times to a third of that before, at ``params.persist`` checkpoints in a row, where that rise was gradual and no
-    restart came before it (``_slow_rise``).  One alarm per layer that rose, its score the
+    times to 1/``params.rise_near`` of that before, at ``params.persist`` checkpoints in a row, where
+    that rise was gradual and no restart came before it (``_slow_rise``).  One alarm per layer that rose, its score the
     rise factor (not a z), confirmed at the last of those checkpoints.  After it settles, a
     healthy run's step size falls or holds (the LR decays, the weights grow); an LR that grows
     exponentially raises it, a few percent per save, too slowly for the rate test's per-point
