@@ -1252,7 +1252,7 @@ def test_a_fast_growth_is_read_by_the_rise_rule_before_it_runs_away(tmp_path):
     level 2/3 to 2 settling times back: nothing could be read until two thirds of a settling time
     after the onset (~270-345 steps here), when the LR stood x5-8 (a Lightning Qwen3 run of
     `holdout21` grew e^9 per 1000 steps and diverged first).  The window now ends 1/3 of a settling
-    time back: read 130 steps sooner."""
+    time back: read 130-150 steps sooner."""
     for spacing, n in ((10, 150), (50, 40)):
         for seed in range(4):
             steps, s = _fine_run_with_projections(seed, n=n, spacing=spacing, warmup=100)
@@ -1287,10 +1287,11 @@ def test_slow_rise_against_a_direct_reading():
         col[rng.integers(0, n) :] += rng.uniform(0, 0.6)  # a jump that stays
         col[rng.random(n) < 0.05] = np.nan
         s0, span, persist = int(rng.integers(0, 10)), float(rng.uniform(40, 200)), 3
-        got = detect._slow_rise(col, steps, s0, span, persist)
+        near = (3.0, detect.Params().rise_near)[trial % 2]  # the window before rise_near, and now
+        got = detect._slow_rise(col, steps, s0, span, persist, near)
         for i in range(n):
             want = np.nan
-            sel = [j for j in range(s0, n) if steps[i] - span <= steps[j] <= steps[i] - span / 3]
+            sel = [j for j in range(s0, n) if steps[i] - span <= steps[j] <= steps[i] - span / near]
             ref_vals = [col[j] for j in sel if np.isfinite(col[j])]
             now = col[i : i + persist]
             if i >= s0 and i + persist <= n and len(ref_vals) >= 2 and np.isfinite(now).all():

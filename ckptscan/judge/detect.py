@@ -55,9 +55,10 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    for.
 8. *A slow fall of attention structure across the model* (``fall_alarms``), on the checkpoints:
    each layer's median over its heads of D2 entropy ``fall`` under its level 2/3 to 2 settling
-   times before (7.'s span), ``persist`` checkpoints in a row, in three quarters of the layers: the
-   low-precision fault can wear every head down a little per save without collapsing any (a model
-   whose q/k pass through a norm), under the level test's window and far from 6.'s depth.
+   times before (7.'s span, with the window 7. had before ``rise_near``), ``persist`` checkpoints
+   in a row, in three quarters of the layers: the low-precision fault can wear every head down a
+   little per save without collapsing any (a model whose q/k pass through a norm), under the level
+   test's window and far from 6.'s depth.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -518,9 +519,12 @@ def _level_before(g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None
     last, before = g[i - 1], g[i - 2]
     third = g[np.maximum(i - 3, 0)]
     third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
-    if starts is not None:  # a settled layer's level from its settled values alone
+    if starts is not None and g.ndim == 2:  # a settled layer's level from its settled values alone
         ii = np.asarray(i).reshape(-1, 1)
-        s0 = np.asarray(starts)[None, : g.shape[1]]
+        s0 = np.full(g.shape[1], g.shape[0])  # a layer without a start never settled
+        k = min(len(starts), g.shape[1])
+        s0[:k] = np.asarray(starts)[:k]
+        s0 = s0[None, :]
         settled = ii - 1 >= s0
         before = np.where(settled & (ii - 2 < s0), last, before)
         third = np.where(settled & (ii - 3 < s0), np.nan, third)
@@ -786,7 +790,8 @@ class ModelJump(NamedTuple):
 def model_jump(timeline, point_of=None, detectors: Sequence[Detector] = DETECTORS) -> ModelJump | None:
     """Per checkpoint, the factor by which the whole model's step size stood above its level just
     before (``_level_before``) at that checkpoint alone: the jump rule's one-checkpoint ``spike``
-    read without its next checkpoint and its settled high: the attention step size and the output
+    read without its next checkpoint and its settled high, its level read as before
+    ``Params.level_settled`` (the warm-up's values count): the attention step size and the output
     projections' both (per layer the smaller of the two factors), the factor that
     ``_layers_needed`` of the layers where both are read reach; read only where the save intervals
     it spans are even (``_evenly_saved``: an update ratio is not scaled by the interval, so one
@@ -829,8 +834,9 @@ def _reference_windows(
     col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = 3.0
 ):
     """The slow rules' readings of ``col``: per checkpoint i from ``s0`` on whose values at
-    i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` / 3
-    steps before i, from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
+    i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` /
+    ``near`` steps before i (the fall rule and ``projections_over``: 3; the rise rule:
+    ``Params.rise_near``), from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
     those values, the reference's median, the index the window starts at)."""
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
