@@ -1287,7 +1287,7 @@ def test_slow_rise_against_a_direct_reading():
         col[rng.integers(0, n) :] += rng.uniform(0, 0.6)  # a jump that stays
         col[rng.random(n) < 0.05] = np.nan
         s0, span, persist = int(rng.integers(0, 10)), float(rng.uniform(40, 200)), 3
-        near = (3.0, detect.Params().rise_near)[trial % 2]  # the window before rise_near, and now
+        near = (detect.REFERENCE_NEAR, detect.Params().rise_near)[trial % 2]  # the window before, and now
         got = detect._slow_rise(col, steps, s0, span, persist, near)
         for i in range(n):
             want = np.nan

@@ -737,11 +737,11 @@ def jump_alarms(
     ahead = np.zeros(g.shape, dtype=int)
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
     at_high = rising(g, params.warmup_skip)  # the attention step size at its running high (every shape)
+    own = starts if params.level_settled else None  # a settled layer's level from its settled values
     for shape, (_, n_ahead) in JUMP_SHAPES.items():
         times = thresholds[shape]
         if times <= 0:
             continue
-        own = starts if params.level_settled and starts is not None else None
         qk = jump_score(g, shape, own)
         f = np.minimum(qk, jump_score(go, shape, own))  # both must have jumped (NaN where either is unread)
         with np.errstate(invalid="ignore"):
@@ -830,13 +830,17 @@ def _reference_span(steps: np.ndarray, settled: list[int]) -> float:
     return max(RISE_SPAN * float(steps[max(settled)]), 4 * float(np.median(np.diff(steps))))
 
 
+REFERENCE_NEAR = 3.0  # the slow rules' reference window ends span / this before the point (the rise
+#                       rule's: ``Params.rise_near``)
+
+
 def _reference_windows(
-    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = 3.0
+    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = REFERENCE_NEAR
 ):
     """The slow rules' readings of ``col``: per checkpoint i from ``s0`` on whose values at
     i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` /
-    ``near`` steps before i (the fall rule and ``projections_over``: 3; the rise rule:
-    ``Params.rise_near``), from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
+    ``near`` steps before i (the fall rule and ``projections_over``: ``REFERENCE_NEAR``; the rise
+    rule: ``Params.rise_near``), from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
     those values, the reference's median, the index the window starts at)."""
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
@@ -848,7 +852,7 @@ def _reference_windows(
 
 
 def _slow_rise(
-    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = 3.0
+    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float
 ) -> np.ndarray:
     """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
     values at i .. i + persist - 1 less its reference level (the median of the values from

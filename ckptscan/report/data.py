@@ -124,8 +124,7 @@ def outcome(summary: dict) -> Outcome:
     else:
         v = verdict(summary)
         if v["anomalous"]:
-            conf = v["confidence"]
-            conf_s = f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
+            conf_s = _sure(v)
             if v.get("decision") == LOSS_DIVERGED:  # its 0 is no doubt that the run is anomalous
                 conf_s = " (the loss diverged; no monitor named a cause)"
             state = ANOMALOUS
@@ -162,8 +161,9 @@ def _uncounted_headline(v: dict) -> str:
 
 
 def _sure(v: dict) -> str:
-    """A healthy headline's confidence: how often this decision path was right on the calibration
-    runs (a healthy verdict is a claim too; ``--quiet`` prints the headline only)."""
+    """A headline's confidence, anomalous or healthy: how often this decision path was right on the
+    corpus runs the table was counted on (a healthy verdict is a claim too; ``--quiet`` prints the
+    headline only); nothing where the summary holds none."""
     conf = v.get("confidence")
     return f" (confidence {conf:.2f})" if isinstance(conf, (int, float)) else ""
 
