@@ -33,15 +33,18 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    attention q/k updates *and* of the output projections standing ``jump`` times above its level
    just before, at two checkpoints in a row (or at the two after a checkpoint that rose part way,
    where the layer has settled or its step size is not at its running high: a jump between two
-   saves; or ``jump_spike`` times at one checkpoint, the next still ``SPIKE_STAYS`` times above the
-   level: Adam takes a jump and falls back within a long interval; these two where the saves are
+   saves; or ``jump_spike`` times at one checkpoint, the next not below the level (``spike_stays``):
+   Adam takes a jump and falls back within a long interval; these two where the saves are
    evenly spaced), and above anything it had since the layer settled, in three quarters of the
    layers read (two at least where two or more are).  A too-large LR that jumps moves the whole
    model at once; a warm-up rises gradually, a restart returns to a level already seen, and the
    low-precision fault leaves the output projections alone.  A shift alarm (4.) likewise counts
    only where the step size is above its settled high (``above_settled``).  A jump that stays below
-   it is reported, never counted (``uncounted_jump``).  One checkpoint of such a jump
-   (``model_jump``) is evidence for the classifier next to a collapse, never an alarm.
+   it is reported, never counted (``uncounted_jump``).  Where checkpoints are scored in blocks
+   (2.), the rule reads the blocks too, and the earlier of the two readings counts
+   (``jump_blocks``): an LR ramped up over a few blocks rises too little between two saves for the
+   checkpoints to show a jump, and the carried-on rise of a warm-up hides it.  One checkpoint of
+   such a jump (``model_jump``) is evidence for the classifier next to a collapse, never an alarm.
 6. *A collapse read by its depth* (``depth_alarms``), on the checkpoints: a head's D2 entropy
    below ``depth`` of its settled level (the median of its first values examined) ``persist``
    checkpoints in a row, with another head's: the window of the level test (3.) follows a slow
@@ -118,11 +121,15 @@ class Params:
     )
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
-    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x SPIKE_STAYS over it
+    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next this far over it at least:
+    spike_stays: float = 1.0  # not below it (1.2: the rules before; Adam falls back within a long interval)
     straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
     #                              not at its running high (``rising``; False: the rules before)
     jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
     #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before)
+    jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
+    #                           an LR ramped up over a few blocks rises too little between two saves to
+    #                           jump (False: the checkpoints only, the rules before)
     level_settled: bool = True  # the jump rule reads a settled layer's level from the values it had since it
     #                             settled, not from its warm-up peak (False: the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
@@ -541,10 +548,11 @@ JUMP_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "spike": ((0,), 1),  # at i (i + 1 still above the level)
 }
 PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much (not noise)
-SPIKE_STAYS = 1.2  # a spike's next checkpoint stands at least this much above the level
 
 
-def jump_score(g: np.ndarray, shape: str = "jump", starts: np.ndarray | None = None) -> np.ndarray:
+def jump_score(
+    g: np.ndarray, shape: str = "jump", starts: np.ndarray | None = None, stays: float = Params.spike_stays
+) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
     its level before i (``_level_before``), read in one of three ``shape``s:
 
@@ -552,9 +560,10 @@ def jump_score(g: np.ndarray, shape: str = "jump", starts: np.ndarray | None = N
     * ``"straddle"``: the values at i + 1 and i + 2 both, where the value at i already rose a
       quarter of that way, and x``PART_RISE`` at least (the LR changed between the saves i - 1 and
       i: the interval ending at i ran part of its steps at the new rate);
-    * ``"spike"``: the value at i, where the value at i + 1 still stands x``SPIKE_STAYS`` above
-      the level (an optimizer that normalizes its update, Adam, takes the jump and falls back
-      within a long save interval as its second moment catches up).
+    * ``"spike"``: the value at i, where the value at i + 1 still stands x``stays``
+      (``Params.spike_stays``: not below it) over the level (an optimizer that normalizes its
+      update, Adam, takes the jump and falls back within a long save interval as its second moment
+      catches up).
 
     NaN where a value read (from i - 2 on; i - 3 only tells a fall, ``_level_before``) is
     undefined or the shape's condition fails.  ``starts``: the level of a settled layer from its
@@ -576,7 +585,7 @@ def jump_score(g: np.ndarray, shape: str = "jump", starts: np.ndarray | None = N
             ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
         else:  # spike
             up = g[i] - level
-            ok &= g[i + 1] - level >= np.log(SPIKE_STAYS)
+            ok &= g[i + 1] - level >= np.log(stays)
     out[i] = np.where(ok, up, np.nan)
     return out
 
@@ -712,8 +721,8 @@ def jump_alarms(
     projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above their
     level just before (``jump_score``; a settled layer's from its settled values, with
     ``params.level_settled``: two checkpoints in a row; or the two after one that rose part
-    way; or ``params.jump_spike`` times at one checkpoint, the next still x``SPIKE_STAYS`` above the
-    level; these two where the saves they read are evenly spaced) and above anything they reached
+    way; or ``params.jump_spike`` times at one checkpoint, the next x``params.spike_stays`` over the
+    level at least; these two where the saves they read are evenly spaced) and above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
     before the layer settled and where its attention step size stood at its running high just
     before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
@@ -742,8 +751,9 @@ def jump_alarms(
         times = thresholds[shape]
         if times <= 0:
             continue
-        qk = jump_score(g, shape, own)
-        f = np.minimum(qk, jump_score(go, shape, own))  # both must have jumped (NaN where either is unread)
+        qk = jump_score(g, shape, own, params.spike_stays)
+        # both must have jumped (NaN where either is unread)
+        f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays))
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
             high, high_o = (
@@ -1509,6 +1519,10 @@ def run_detection(
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
+        if k > 1 and params.jump_blocks:  # the same rule at the run's own time scale: the earlier reading
+            coarse = jump_alarms(timeline, params, None, detectors, starts)
+            if coarse and (not counted or coarse[0].index < counted[0].index):
+                counted = coarse
         model = counted + depth_alarms(fine, params, block, fine_heads, detectors)
         model += rise_alarms(fine, params, block, detectors, fine_starts)
         model += fall_alarms(fine, params, block, detectors, fine_starts)
