@@ -76,6 +76,26 @@ def test_checkpoints_in_window_counts_what_could_detect_the_fault_in_time():
     tot = evaluate.totals(rows)
     assert (tot["detectable"], tot["detected_of_detectable"], tot["detected"]) == (1, 1, 1)
     assert tot["window_unknown"] == 1  # the error row: neither detectable nor not
+    assert r2["examined_in_window"] is None  # nothing says what was examined
+
+
+def test_examined_in_window_counts_the_checkpoints_the_per_series_tests_read_in_time():
+    """Of a fault run's checkpoints between onset and divergence, those at/after the first examined
+    step (``detection.coverage.first_examined_step``): a fault whose window closed before the run
+    was examined can only be found by the step-size jump rule."""
+    t = {"fault": "high-lr", "onset_step": 407, "divergence_step": 620}
+    s = summary(True, 500, "high_lr")
+    s["checkpoints"] = {"steps": [100, 200, 300, 400, 500, 600]}
+    s["detection"] = {"coverage": {"first_examined_step": 600}}
+    r = evaluate.score_run(t, s)
+    assert (r["checkpoints_in_window"], r["examined_in_window"]) == (2, 1)
+    s["detection"]["coverage"]["first_examined_step"] = 700
+    late = evaluate.score_run(t, s)
+    assert (late["checkpoints_in_window"], late["examined_in_window"]) == (2, 0) and late["detected"]
+    s["detection"]["coverage"]["first_examined_step"] = None  # nothing examined
+    assert evaluate.score_run(t, s)["examined_in_window"] == 0
+    tot = evaluate.totals([{**r, "run": "a"}, {**late, "run": "b"}])
+    assert (tot["detectable"], tot["examined_in_window"], tot["detected_of_examined"]) == (2, 1, 1)
 
 
 def test_log_only_credited_with_first_alarm_after_onset():

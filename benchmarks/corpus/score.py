@@ -156,6 +156,10 @@ def main(argv=None) -> int:
         + ")"
     )
     print(
+        f"  of the {t['examined_in_window']} with a checkpoint in that window at/after the first examined step: "
+        f"{t['detected_of_examined']} detected (before that step only the step-size jump rule reads)"
+    )
+    print(
         f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "
         f"runs; inconclusive {t['inconclusive']}, errors {t['errors']}"
     )

@@ -88,6 +88,14 @@ def score_run(truth: dict, summary: dict) -> dict:
         if faulty and onset is not None and saved is not None
         else None
     )
+    cov = (summary.get("detection") or {}).get("coverage") or {}
+    first = cov.get("first_examined_step")
+    if in_window is None or saved is None or "first_examined_step" not in cov:
+        examined_in_window = None
+    elif not isinstance(first, int):  # nothing examined
+        examined_in_window = 0
+    else:
+        examined_in_window = sum(s >= first and onset <= s and (div is None or s < div) for s in saved)
     return {
         "run": None,
         "truth": tclass,
@@ -104,6 +112,11 @@ def score_run(truth: dict, summary: dict) -> dict:
         # checkpoints analysed at/after the onset and before the divergence: with none, no reading of
         # the checkpoints can detect the fault in time (None: not a fault run, or steps unknown)
         "checkpoints_in_window": in_window,
+        # ... of them, those at/after the first checkpoint the per-series tests examined (the run's
+        # settling and the baselines after it): with none, only the step-size jump rule, which
+        # reads from the third update ratio on, could find the fault in time (None: not a fault
+        # run, or its steps or coverage unknown)
+        "examined_in_window": examined_in_window,
         # a whole-model step-size jump the verdict reports but did not count (``uncounted_jump``)
         "uncounted_jump": (v.get("uncounted_jump") or {}).get("step"),
         # the checkpoint at which the persistence rule had seen enough to raise the alarm
@@ -278,6 +291,12 @@ def totals(rows: list[dict]) -> dict:
         "detectable": sum(bool(r.get("checkpoints_in_window")) for r in faulty),
         "detected_of_detectable": sum(
             bool(r["detected"]) and bool(r.get("checkpoints_in_window")) for r in faulty
+        ),
+        # ... those with a checkpoint in that window that the per-series tests examined, and how
+        # many of them were detected
+        "examined_in_window": sum(bool(r.get("examined_in_window")) for r in faulty),
+        "detected_of_examined": sum(
+            bool(r["detected"]) and bool(r.get("examined_in_window")) for r in faulty
         ),
         # fault rows whose window is unknown (an error row, no onset, no checkpoint steps): neither
         # counted as detectable nor as not
