@@ -1676,6 +1676,26 @@ def test_a_jump_below_the_settled_high_is_reported_not_counted(tmp_path):
         assert "uncounted_jump" not in judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
 
 
+def test_a_jump_counted_on_the_blocks_is_not_also_reported_as_uncounted():
+    """A jump counted on the blocks is dated at its block's label, which can come after the
+    checkpoints at which the reading without the settled high found the same jump (a Lightning
+    OLMoE SGD run of ``holdout22``: counted at 870, in the block 850-880; "not counted" at 840,
+    confirmed at 850).  The two are compared in points: the same block is the same jump."""
+    for seed in range(2):
+        steps, s = _warm_restart(seed)
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        block = np.arange(len(steps)) // 4
+        below = detect.jump_alarms(t, detect.Params(), block, detect.DETECTORS, starts, settled_high=False)
+        assert [a.first_step for a in below] == [steps[100]] * 2, seed
+        label = int(steps[102])  # block 25 holds checkpoints 100-103; its label is the upper median
+        same = [dataclasses.replace(a, first_step=label, trigger_step=label) for a in below]
+        assert same[0].first_step > below[0].confirmed_step  # read by steps, it looked like another jump
+        assert detect.uncounted_jump(t, same, detect.Params(), block, detect.DETECTORS, starts) == [], seed
+        later = [dataclasses.replace(a, index=a.index + 1) for a in same]
+        assert detect.uncounted_jump(t, later, detect.Params(), block, detect.DETECTORS, starts) == below
+
+
 def test_a_loss_that_diverged_before_anything_was_examined_says_so():
     """The reason of ``unknown/loss-diverged`` names why the monitors said nothing: where the run
     was first examined at or after the divergence, no checkpoint before it was judged (the old

@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     )
     print(
         f"  of the {t['examined_in_window']} with a checkpoint in that window at/after the first examined step: "
-        f"{t['detected_of_examined']} detected (before that step only the step-size jump rule reads)"
+        f"{t['detected_of_examined']} detected (before it only the rules read on checkpoints: jump, depth, rise, fall)"
     )
     print(
         f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "

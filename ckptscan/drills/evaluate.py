@@ -113,9 +113,10 @@ def score_run(truth: dict, summary: dict) -> dict:
         # the checkpoints can detect the fault in time (None: not a fault run, or steps unknown)
         "checkpoints_in_window": in_window,
         # ... of them, those at/after the first checkpoint the per-series tests examined (the run's
-        # settling and the baselines after it): with none, only the step-size jump rule, which
-        # reads from the third update ratio on, could find the fault in time (None: not a fault
-        # run, or its steps or coverage unknown)
+        # settling and the baselines after it): with none, only the rules read on checkpoints could
+        # find the fault in time (the jump rule from the third update ratio on, the depth, rise and
+        # fall rules from the layers' settling on; None: not a fault run, or its steps or coverage
+        # unknown)
         "examined_in_window": examined_in_window,
         # a whole-model step-size jump the verdict reports but did not count (``uncounted_jump``)
         "uncounted_jump": (v.get("uncounted_jump") or {}).get("step"),

@@ -121,7 +121,9 @@ class Params:
     )
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
-    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next this far over it at least:
+    jump_spike: float = (
+        2.0  # ... or one checkpoint this far over it, the next x spike_stays over it at least:
+    )
     spike_stays: float = 1.0  # not below it (1.2: the rules before; Adam falls back within a long interval)
     straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
     #                              not at its running high (``rising``; False: the rules before)
@@ -545,7 +547,7 @@ def _level_before(g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None
 JUMP_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "jump": ((0, 1), 1),  # at i and i + 1
     "straddle": ((1, 2), 2),  # at i + 1 and i + 2 (i rose part way)
-    "spike": ((0,), 1),  # at i (i + 1 still above the level)
+    "spike": ((0,), 1),  # at i (i + 1 not below the level)
 }
 PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much (not noise)
 
@@ -728,8 +730,9 @@ def jump_alarms(
     before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
     not at all in the straddle shape (read before settling only with ``params.straddle_early``);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
-    confirmed at the checkpoint that completes the evidence. Read on the checkpoints themselves (a
-    jump is one save interval wide, whatever the cadence) and from the third defined value on,
+    confirmed at the checkpoint that completes the evidence. Read on the timeline given: the
+    checkpoints themselves (a jump is one save interval wide, whatever the cadence), and
+    ``run_detection`` reads the scored blocks too (``Params.jump_blocks``); from the third defined value on,
     before the run settles too: a jump soon after the end of the warm-up is common. Nothing to read
     without output projections (the q/k updates of a collapsing layer jump too). ``point_of``:
     checkpoint index -> scored point (the block it falls in).  ``settled_high=False``: the jump
@@ -1569,10 +1572,12 @@ def uncounted_jump(
     below = jump_alarms(timeline, params, point_of, detectors, starts, settled_high=False)
     if not below:
         return []
-    # the same jump where the counted one begins among the checkpoints this one read (an LR
-    # raised between two saves: the checkpoint before rose part of the way)
-    last = max(a.confirmed_step or a.first_step for a in below)
-    return [] if counted and counted[0].first_step <= last else below
+    # the same jump where the counted one begins among the points this one read (an LR raised
+    # between two saves: the checkpoint before rose part of the way), compared in points: a jump
+    # counted on the blocks is dated at its block's label, which can follow this one's checkpoints
+    # within the same block
+    last = max(a.index + max(a.length, 1) - 1 for a in below)
+    return [] if counted and counted[0].index <= last else below
 
 
 def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
