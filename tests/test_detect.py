@@ -2169,3 +2169,32 @@ def test_an_lr_ramped_up_over_a_few_blocks_is_read_as_a_jump_of_the_blocks(tmp_p
         # the same run without the ramp: a slow warm-up of one layer is no jump
         calm = _ramped(seed, factor=1.0)[1]
         assert judge(tmp_path, Timeline.from_arrays(steps, calm), [])["verdict"]["fault_type"] != "high_lr"
+
+
+def test_a_jump_after_a_steep_fall_across_the_settling_is_read_against_where_it_got(tmp_path):
+    """Saves every 250 steps; after the warm-up the step size falls x0.6 per save (the layers settle
+    at step 1000), and the LR is raised x3 at step 1500 (a Qwen3 AdamW run of ``holdout23``: x6 at
+    step 1207, x2.2 and x3.0 over step 1000 at 1250 and 1500, read against step 750: x1.39).  The
+    checkpoint three back (step 750) came before the layer settled, so no fall was read, and the
+    level was the higher of the last two values, the one two checkpoints back: the run was called
+    healthy.  The fall is read from that checkpoint now; the same run without the raise stays
+    healthy."""
+
+    def fallen(seed, jump):
+        steps, s = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)
+        fall = np.exp(-np.clip(steps - 500, 0, 1000) / 600.0)
+        for name in _STEP_NAMES:
+            s[name] = s[name] * fall[:, None, None]
+            s[name][5:] *= jump  # from step 1500
+        return steps, s
+
+    for seed in range(4):
+        steps, s = fallen(seed, 3.0)
+        t = Timeline.from_arrays(steps, s)
+        assert (detect.layer_starts(t) == 3).all(), seed  # settled at step 1000: i - 3 came before
+        old = judge(tmp_path, t, [], params=detect.Params(fall_across_settling=False))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", 1500), seed
+        calm = fallen(seed, 1.0)[1]
+        assert judge(tmp_path, Timeline.from_arrays(steps, calm), [])["verdict"]["fault_type"] == "healthy"

@@ -132,6 +132,10 @@ class Params:
     jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
     #                           an LR ramped up over a few blocks rises too little between two saves to
     #                           jump (False: the checkpoints only, the rules before)
+    fall_across_settling: bool = (
+        True  # ... a settled layer's level on a fall read from i - 3 before it settled
+    )
+    #                                    too (False: no fall read there, the rules before)
     level_settled: bool = True  # the jump rule reads a settled layer's level from the values it had since it
     #                             settled, not from its warm-up peak (False: the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
@@ -512,7 +516,9 @@ def _layers_needed(n_read: int) -> int:
     return max(min(2, n_read), int(np.ceil(JUMP_LAYERS * n_read)))
 
 
-def _level_before(g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+def _level_before(
+    g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None, fall_across: bool = False
+) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
     two checkpoints before and the last value carried along its own last rise (a warm-up rises,
     and decelerates: its next rise is never larger than its last; a dip of one checkpoint is
@@ -524,7 +530,11 @@ def _level_before(g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None
     first examined checkpoint, ``layer_starts``): a layer settled by i - 1 reads its level from its
     settled values alone (i - 1 only, where i - 2 came before it settled): a warm-up peak is not
     where the settled step size stands, and the settled-high test (``above_settled``) reads those
-    values too."""
+    values too.  Where i - 3 came before it settled, no fall is read, unless ``fall_across``
+    (``Params.fall_across_settling``): i - 3 then tells a fall as elsewhere (the level is the
+    higher of the last value and the fall carried on, so never above i - 2): right after a warm-up
+    the step size can fall by a third per save, and the value two checkpoints back stands far above
+    where it got."""
     last, before = g[i - 1], g[i - 2]
     third = g[np.maximum(i - 3, 0)]
     third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
@@ -536,7 +546,8 @@ def _level_before(g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None
         s0 = s0[None, :]
         settled = ii - 1 >= s0
         before = np.where(settled & (ii - 2 < s0), last, before)
-        third = np.where(settled & (ii - 3 < s0), np.nan, third)
+        if not fall_across:  # (with it: a fall read from i - 3 before settling too)
+            third = np.where(settled & (ii - 3 < s0), np.nan, third)
     level = np.maximum(last + np.maximum(last - before, 0.0), before)
     with np.errstate(invalid="ignore"):
         falling = (last < before) & (before < third)
@@ -553,7 +564,11 @@ PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much 
 
 
 def jump_score(
-    g: np.ndarray, shape: str = "jump", starts: np.ndarray | None = None, stays: float = Params.spike_stays
+    g: np.ndarray,
+    shape: str = "jump",
+    starts: np.ndarray | None = None,
+    stays: float = Params.spike_stays,
+    fall_across: bool = False,
 ) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
     its level before i (``_level_before``), read in one of three ``shape``s:
@@ -577,7 +592,7 @@ def jump_score(
     if n < 3 + ahead:
         return out
     i = np.arange(2, n - ahead)
-    level = _level_before(g, i, starts)
+    level = _level_before(g, i, starts, fall_across)
     ok = np.isfinite(np.stack([g[i + d] for d in range(-2, ahead + 1)])).all(axis=0)
     with np.errstate(invalid="ignore"):
         if shape == "jump":
@@ -754,9 +769,9 @@ def jump_alarms(
         times = thresholds[shape]
         if times <= 0:
             continue
-        qk = jump_score(g, shape, own, params.spike_stays)
+        qk = jump_score(g, shape, own, params.spike_stays, params.fall_across_settling)
         # both must have jumped (NaN where either is unread)
-        f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays))
+        f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays, params.fall_across_settling))
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
             high, high_o = (
