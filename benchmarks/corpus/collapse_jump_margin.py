@@ -21,7 +21,6 @@ times before, across the model (``detect.projections_rise``), read at the same c
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import defaultdict
@@ -29,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
 
 
 def jump_at_collapse(result, reading: str = "jump") -> float | None:
@@ -48,9 +49,7 @@ def jump_at_collapse(result, reading: str = "jump") -> float | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
-    ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    ap = margin_cli.parser(__doc__)
     ap.add_argument("--reading", choices=("jump", "projections"), default="jump")
     args = ap.parse_args(argv)
     from ckptscan.api import load_result

@@ -16,7 +16,6 @@ Reads only the stored timelines.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -26,6 +25,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
 
 
 def largest_fall(result, since: int | None = None) -> tuple[float, int | None]:
@@ -55,9 +56,7 @@ def largest_fall(result, since: int | None = None) -> tuple[float, int | None]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
-    ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    ap = margin_cli.parser(__doc__)
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
     from ckptscan.judge.detect import Params

@@ -21,7 +21,6 @@ For every analysed run with an ``eval.json`` row beside it (``score.py`` writes 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -32,6 +31,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
 
 
 def spikes(timeline) -> list[tuple[int, float, float]]:
@@ -94,9 +95,7 @@ def block_jump(timeline) -> int | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
-    ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
+    ap = margin_cli.parser(__doc__)
     ap.add_argument("--reading", choices=("spike", "blocks"), default="spike")
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
