@@ -52,7 +52,8 @@ def spikes(timeline) -> list[tuple[int, float, float]]:
     i = np.arange(2, n - 1)
     own = starts if p.level_settled else None
     with np.errstate(invalid="ignore"):
-        lv, lvo = detect._level_before(g, i, own), detect._level_before(go, i, own)
+        fall = p.fall_across_settling
+        lv, lvo = detect._level_before(g, i, own, fall), detect._level_before(go, i, own, fall)
         qk = g[i] - lv
         up = np.minimum(qk, go[i] - lvo)
         stay = np.minimum(g[i + 1] - lv, go[i + 1] - lvo)

@@ -121,9 +121,7 @@ class Params:
     )
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
-    jump_spike: float = (
-        2.0  # ... or one checkpoint this far over it, the next x spike_stays over it at least:
-    )
+    jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x spike_stays over it:
     spike_stays: float = 1.0  # not below it (1.2: the rules before; Adam falls back within a long interval)
     straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
     #                              not at its running high (``rising``; False: the rules before)
@@ -132,9 +130,7 @@ class Params:
     jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
     #                           an LR ramped up over a few blocks rises too little between two saves to
     #                           jump (False: the checkpoints only, the rules before)
-    fall_across_settling: bool = (
-        True  # ... a settled layer's level on a fall read from i - 3 before it settled
-    )
+    fall_across_settling: bool = True  # ... a settled layer's fall read from i - 3 before it settled
     #                                    too (False: no fall read there, the rules before)
     level_settled: bool = True  # the jump rule reads a settled layer's level from the values it had since it
     #                             settled, not from its warm-up peak (False: the rules before)
@@ -568,7 +564,7 @@ def jump_score(
     shape: str = "jump",
     starts: np.ndarray | None = None,
     stays: float = Params.spike_stays,
-    fall_across: bool = False,
+    fall_across: bool = Params.fall_across_settling,
 ) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
     its level before i (``_level_before``), read in one of three ``shape``s:
