@@ -150,11 +150,46 @@ def test_a_step_size_that_grew_within_a_settling_time_of_the_collapse_is_combine
     assert v["decision"] == "lowprec_attention/projections-calm", v["decision"]
 
 
+def test_a_collapse_in_one_head_after_the_step_size_grew_is_high_lr(monkeypatch):
+    """The attention step size grows across the model and a D2 collapse follows within the
+    decision window or the settling span, or comes with it in two update-ratio series: the old
+    rules read both faults (``combined``) however few heads collapsed.  On the corpus' runs with a
+    too-large LR alone, the collapse that follows often lies in one head; the low-precision fault
+    reaches every head its kernel runs in, and its collapses took two heads or more.  One head
+    alone, no layer-wide fall: ``high_lr/lone-collapse``; a second head, or a layer's slow fall
+    (``fall_alarms``, head None), keeps ``combined``."""
+    a = _alarm
+    cov = {"missing": None, "settled_step": 500}
+    grew = [a("step_size", 5), a("step_size", 6, 1)]
+    v = classify.classify(grew + [a("structure", 9, 0, 1)], [], L, STEPS, cov)
+    assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/lone-collapse", 600)
+    assert "1 head(s)" in v["reason"] and v["confidence"] > 0.5
+    v = classify.classify(grew + [a("structure", 9, 0, 1), a("structure", 10, 1, 2)], [], L, STEPS, cov)
+    assert (v["fault_type"], v["decision"]) == ("combined", "combined/step-size-first")
+    v = classify.classify(grew + [a("structure", 9, 0, 1), a("structure", 9, 1, None)], [], L, STEPS, cov)
+    assert v["fault_type"] == "combined"
+    # with it, in q and k: together, one head
+    together = [
+        a("structure", 5, 1, 2),
+        a("step_size", 5, 0),
+        a("step_size", 5, 0, block="attn.k.update_ratio"),
+    ]
+    assert classify.classify(together, [], L, STEPS)["decision"] == "high_lr/lone-collapse"
+    # the rule before
+    monkeypatch.setattr(classify, "LONE_COLLAPSE", False)
+    assert classify.classify(together, [], L, STEPS)["decision"] == "combined/together"
+    monkeypatch.undo()
+    # no step size grew: one head is the low-precision fault's (z_lone judged it in detect)
+    v = classify.classify([a("structure", 9, 0, 1)], [], L, STEPS, cov)
+    assert v["fault_type"] == "lowprec_attention"
+
+
 def test_classification_rules_and_overflow():
     a = _alarm
-    # the step size grows in q and k (two series) with the collapse: combined
+    # the step size grows in q and k (two series) with the collapse (two heads): combined
+    two_heads = [a("structure", 5, 1, 2), a("structure", 5, 1, 0)]
     v = classify.classify(
-        [a("structure", 5, 1, 2), a("step_size", 6, 0), a("step_size", 6, 0, block="attn.k.update_ratio")],
+        two_heads + [a("step_size", 6, 0), a("step_size", 6, 0, block="attn.k.update_ratio")],
         [],
         L,
         STEPS,
@@ -165,9 +200,11 @@ def test_classification_rules_and_overflow():
         classify.classify([a("step_size", 5), a("structure", 12, 0, 1)], [], L, STEPS)["fault_type"]
         == "high_lr"
     )
-    # the step size grew first, and a collapse came within the decision window: both faults
+    # the step size grew first, and a collapse (two heads) came within the decision window: both faults
     assert (
-        classify.classify([a("step_size", 5), a("structure", 7, 0, 1)], [], L, STEPS)["fault_type"]
+        classify.classify(
+            [a("step_size", 5), a("structure", 7, 0, 1), a("structure", 7, 1, 0)], [], L, STEPS
+        )["fault_type"]
         == "combined"
     )
     # only attention logits grew: the classic sign of a too-large step
@@ -204,7 +241,7 @@ def test_a_collapsing_layers_own_update_jump_is_not_a_step_size():
 def test_alarms_after_the_divergence_do_not_decide_the_class():
     """After the loss diverged everything moves: a step-size alarm triggered then is no evidence."""
     a = _alarm
-    al = [a("structure", 5, 1, 0), a("step_size", 6, 0), a("step_size", 6, 1)]
+    al = [a("structure", 5, 1, 0), a("structure", 5, 1, 2), a("step_size", 6, 0), a("step_size", 6, 1)]
     assert classify.classify(al, [], L, STEPS)["fault_type"] == "combined"
     v = classify.classify(al, [], L, STEPS, horizon=int(STEPS[5]))
     assert v["fault_type"] == "lowprec_attention" and v["earliest_step"] == STEPS[5]

