@@ -178,6 +178,8 @@ def test_a_collapse_in_one_head_after_the_step_size_grew_is_high_lr(monkeypatch)
     # the rule before
     monkeypatch.setattr(classify, "LONE_COLLAPSE", False)
     assert classify.classify(together, [], L, STEPS)["decision"] == "combined/together"
+    v = classify.classify(grew + [a("structure", 9, 0, 1)], [], L, STEPS, cov)
+    assert v["decision"] == "combined/step-size-first"
     monkeypatch.undo()
     # no step size grew: one head is the low-precision fault's (z_lone judged it in detect)
     v = classify.classify([a("structure", 9, 0, 1)], [], L, STEPS, cov)
