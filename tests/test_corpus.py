@@ -191,3 +191,43 @@ def test_score_names_what_trained_the_runs():
     assert "cpu_capability AVX2 (MKL_ENABLE_INSTRUCTIONS=AVX2) (1 run)" in text
     assert "cpu_capability AVX512 (2 runs)" in text and "cpu_capability AVX2 (1 run)" in text
     assert "cpu_capability not recorded (1 run)" in text
+
+
+def test_score_says_where_fault_runs_went_wrong():
+    """``score.py``'s ``misses``: every fault run's verdict per true class, and the fault runs not
+    detected grouped by what their window held (no checkpoint, none examined, examined); healthy
+    runs and detected runs are not misses."""
+    from benchmarks.corpus.score import misses
+
+    def row(truth, verdict, detected, window=None, examined=None):
+        return {
+            "truth": truth,
+            "verdict": verdict,
+            "detected": detected,
+            "checkpoints_in_window": window,
+            "examined_in_window": examined,
+        }
+
+    m = misses(
+        [
+            row("healthy", "healthy", None),
+            row("healthy", "high_lr", None),
+            row("high_lr", "high_lr", True, 5, 3),
+            row("high_lr", "healthy", False, 5, 3),
+            row("high_lr", "high_lr", False, 0, 0),
+            row("combined", "lowprec_attention", True, 4, 4),
+            row("lowprec_attention", "lowprec_attention", False, 2, 0),
+            row("lowprec_attention", None, False),
+        ]
+    )
+    assert m["read_as"] == {
+        "combined": {"lowprec_attention": 1},
+        "high_lr": {"healthy": 1, "high_lr": 2},
+        "lowprec_attention": {"None": 1, "lowprec_attention": 1},
+    }
+    assert m["missed"] == {
+        "examined": {"healthy": 1},
+        "no checkpoint": {"high_lr": 1},
+        "none examined": {"lowprec_attention": 1},
+        "unknown": {"None": 1},
+    }

@@ -94,6 +94,44 @@ def confidence_table(rows: list[dict]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in sorted(table.items())}
 
 
+def misses(rows: list[dict]) -> dict:
+    """Where the fault runs went wrong (``ckptscan eval`` rows): ``"read_as"``, per true class, the
+    verdicts its runs got and how many ({class: {verdict: n}}, every fault run, detected or not);
+    ``"missed"``, the fault runs not detected, by what their window (onset to divergence) held:
+    ``"no checkpoint"`` (no checkpoint analysed there), ``"none examined"`` (checkpoints, none at
+    or after the first examined step: only the rules read on checkpoints could find it),
+    ``"examined"`` (at least one examined there), each {verdict: n}; a row with no window read
+    (an error, no onset) under ``"unknown"``."""
+    read_as: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    missed: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        if r["truth"] == "healthy":
+            continue
+        verdict = str(r.get("verdict"))
+        read_as[r["truth"]][verdict] += 1
+        if r.get("detected"):
+            continue
+        window, examined = r.get("checkpoints_in_window"), r.get("examined_in_window")
+        where = (
+            "unknown"
+            if window is None
+            else "no checkpoint"
+            if not window
+            else "none examined"
+            if not examined
+            else "examined"
+        )
+        missed[where][verdict] += 1
+    return {
+        "read_as": {k: dict(sorted(v.items())) for k, v in sorted(read_as.items())},
+        "missed": {k: dict(sorted(v.items())) for k, v in missed.items()},
+    }
+
+
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def generated_with(truths: list[dict]) -> str:
     """The library versions and CPU kernel path the runs were trained with (``truth["versions"]``),
     each with its number of runs.  The same part trained on another CPU kernel path (AVX2 or
@@ -158,6 +196,15 @@ def main(argv=None) -> int:
     print(
         f"  of the {t['examined_in_window']} with a checkpoint in that window at/after the first examined step: "
         f"{t['detected_of_examined']} detected (before it only the rules read on checkpoints: jump, depth, rise, fall)"
+    )
+    m = misses(rows)
+    for where in ("no checkpoint", "none examined", "examined", "unknown"):
+        if where in m["missed"]:
+            got = m["missed"][where]
+            print(f"  not detected, window with {where}: {sum(got.values())} ({_counts(got)})")
+    print(
+        "fault runs read as (true class: verdicts): "
+        + "; ".join(f"{k}: {_counts(v)}" for k, v in m["read_as"].items())
     )
     print(
         f"class right: {sum(r['class_right'] for r in fault)}/{len(fault)} fault runs, {t['class_right']}/{t['runs']} "
