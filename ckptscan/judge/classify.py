@@ -11,12 +11,12 @@ paths and what the corpus showed):
   shrinking and grow (or jump and stay), ||D3||/||D2|| or the attention logits grow; a D2-entropy
   collapse, if any, comes well after, or lies in one head alone (``LONE_PATH``: the
   low-precision fault reaches every head its kernel runs in).
-* ``combined``: both: a collapse in two heads or more, and the step size growing just before it
-  or with it in two or more update-ratio series, with the attention output projections' step
-  size off across layers around it where the layout names them (the low-precision fault does not
-  reach them); or a
-  collapse next to one checkpoint at which the whole model's step size jumped, the output
-  projections too (``detect.model_jump``: the run broke before a second checkpoint could show it).
+* ``combined``: both: a collapse in two heads or more (or a layer's slow fall), and the step
+  size growing just before it or with it in two or more update-ratio series, with the attention
+  output projections' step size off across layers around it where the layout names them (the
+  low-precision fault does not reach them); or a collapse next to one checkpoint at which the
+  whole model's step size jumped, the output projections too (``detect.model_jump``: the run
+  broke before a second checkpoint could show it).
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
 * ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` points
   examined after the run settled.
@@ -90,8 +90,9 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
 
 def confidence(path: str) -> float:
     """The share of verdicts taken along ``path`` that had the right class on the calibration runs
-    (``CONFIDENCE``), with one right and one wrong verdict added (so that few runs give a cautious
-    number): (right + 1) / (runs + 2); 0 for ``LOSS_DIVERGED``, which names no class."""
+    (``CONFIDENCE``; ``LONE_PATH``'s on the parts it was chosen on), with one right and one wrong
+    verdict added (so that few runs give a cautious number): (right + 1) / (runs + 2); 0 for
+    ``LOSS_DIVERGED``, which names no class."""
     if path == LOSS_DIVERGED:
         return 0.0
     right, runs = CONFIDENCE.get(path, (0, 0))
@@ -376,7 +377,8 @@ def _collapsed_where(heads: set[tuple[int, int | None]]) -> str:
 
 def _lone_head(heads: set[tuple[int, int | None]]) -> bool:
     """The collapse's structure alarms lie in one head alone (no other head's, no layer's slow
-    fall)."""
+    fall).  Head None is a layer's reading (a slow fall, or a layout with one head per layer,
+    whose series are per layer): never one head."""
     return len(heads) == 1 and next(iter(heads))[1] is not None
 
 
@@ -432,7 +434,9 @@ def _signature(
       consequence); growing before it, but within that window or span, or with it in two or more
       update-ratio series (q, k, router) at least one of them attention's:
       ``combined`` (the low-precision fault makes a collapsing layer's own update jump, once, never
-      the step size grow before the collapse), provided the output projections' step size was off
+      the step size grow before the collapse), provided the collapse is not in one head alone
+      (``_lone_head``; ``LONE_COLLAPSE``: ``high_lr``, ``LONE_PATH``, read after the
+      projections-calm test below) and the output projections' step size was off
       across layers within the window as well (or moved: a ``jump`` or ``rise`` alarm there), where they are
       read (``proj_broad``, per point, from the window before the step size grew; the fault leaves
       them alone):
@@ -441,9 +445,7 @@ def _signature(
       collapse or within the window before it (``model_jump``): ``combined/jump``; else, where
       the output projections' step size stood x``PROJ_RISE`` over where it was 2/3 to 2 settling
       times before, across the model, at one of those checkpoints (``proj_rise``):
-      ``combined/projections-up``; else ``lowprec_attention``; where the step size grew before
-      it or with it and the collapse lies in one head alone (``_lone_head``; ``LONE_COLLAPSE``):
-      ``high_lr`` (``LONE_PATH``), not ``combined``;
+      ``combined/projections-up``; else ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/step-size``
       (step-size or second-order growth); ``high_lr/logits`` where only logits grew, the classic
@@ -556,7 +558,7 @@ def _signature(
                 LONE_PATH,
                 (
                     f"D2 spectral entropy {where} only, and {why}: a collapse confined to one head "
-                    f"follows the step size (the low-precision fault reaches every head it runs in)"
+                    f"is the step size's doing (the low-precision fault reaches every head it runs in)"
                 ),
                 window,
                 None,
