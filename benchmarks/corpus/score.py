@@ -111,16 +111,13 @@ def misses(rows: list[dict]) -> dict:
         read_as[r["truth"]][verdict] += 1
         if r.get("detected"):
             continue
-        window, examined = r.get("checkpoints_in_window"), r.get("examined_in_window")
-        where = (
-            "unknown"
-            if window is None
-            else "no checkpoint"
-            if not window
-            else "none examined"
-            if not examined
-            else "examined"
-        )
+        window = r.get("checkpoints_in_window")
+        if window is None:
+            where = "unknown"
+        elif not window:
+            where = "no checkpoint"
+        else:
+            where = "examined" if r.get("examined_in_window") else "none examined"
         missed[where][verdict] += 1
     return {
         "read_as": {k: dict(sorted(v.items())) for k, v in sorted(read_as.items())},
