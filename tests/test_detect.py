@@ -1083,8 +1083,9 @@ def test_a_straddled_jump_is_read_before_settling_off_the_running_high(tmp_path)
     little in most layers; the straddle (the values at 310 and 320, 300 having risen part way)
     reads it, but was not read before the layer settled (``straddle_early`` false: the run was
     never examined, the loss never diverged: ``inconclusive``).  It is read there now, except where
-    the step size stood at its running high: the same change at step 60, in the warm-up, is no
-    jump, counted or not (``settled_high=False``)."""
+    the step size stood at its running high, unless it rose past the warm-up's own rise
+    (``straddle_warmup``, the test below): an LR x2 at step 60, in the warm-up, is no jump,
+    counted or not (``settled_high=False``)."""
     for seed in range(4):
         steps, s = _straddled(seed, 300)
         t = Timeline.from_arrays(steps, s)
@@ -1093,7 +1094,7 @@ def test_a_straddled_jump_is_read_before_settling_off_the_running_high(tmp_path)
         assert old["fault_type"] == "inconclusive", (seed, old.get("decision"))
         v = judge(tmp_path, t, [])["verdict"]
         assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 300), (seed, v.get("decision"))
-        steps, s = _straddled(seed, 60)
+        steps, s = _straddled(seed, 60, 2.0, 1.5)
         t = Timeline.from_arrays(steps, s)
         g = detect._model_steps(t)[0]
         i = int(np.searchsorted(steps, 60))
@@ -1101,6 +1102,46 @@ def test_a_straddled_jump_is_read_before_settling_off_the_running_high(tmp_path)
         starts = detect.layer_starts(t)
         assert all(a.first_step != 60 for a in detect.jump_alarms(t, starts=starts)), seed
         assert all(a.first_step != 60 for a in detect.jump_alarms(t, starts=starts, settled_high=False)), seed
+
+
+def test_a_straddled_jump_at_the_running_high_is_read_past_the_warm_ups_rise(tmp_path):
+    """Saves every 10 steps, a linear warm-up over 150 steps: an LR x3 between the saves at 110
+    and 120, the step size still at its running high.  The rules before never read the straddle
+    there (a warm-up read over three save intervals looks like a jump): no jump, the run never
+    settled, ``inconclusive``.  But a linear warm-up from step 0 raises the LR from the save at 110
+    to the one at 140 by 140/110 at most (``warmup_allowance``); the straddle, x3 over the level,
+    stands x``Params.jump`` over that: read now (``straddle_warmup``), ``high_lr/jump`` at 120.  The
+    same x3 at step 60 is read too (x1.6 allowed there: 80/50); an x2 at 120 or at 60 stays
+    within x1.6 of the allowance: no jump, counted or not."""
+    for seed in range(4):
+        steps, s = _straddled(seed, 120)
+        t = Timeline.from_arrays(steps, s)
+        g = detect._model_steps(t)[0]
+        i = int(np.searchsorted(steps, 120))
+        assert detect.rising(g)[i].all() and (steps[detect.layer_starts(t)] > 300).all(), seed
+        allow = detect.warmup_allowance(steps, 2)
+        np.testing.assert_allclose(allow[i], np.log(140 / 110))
+        old = judge(tmp_path, t, [], params=detect.Params(straddle_warmup=False))["verdict"]
+        assert old["fault_type"] != "high_lr", (seed, old["decision"])
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 120), (seed, v["decision"])
+        starts = detect.layer_starts(t)
+        assert {(a.first_step, a.shape) for a in detect.jump_alarms(t, starts=starts)} == {(120, "straddle")}
+        steps, s = _straddled(seed, 60)
+        assert {a.first_step for a in detect.jump_alarms(Timeline.from_arrays(steps, s))} == {60}, seed
+        for at in (60, 120):
+            steps, s = _straddled(seed, at, 2.0, 1.5)
+            t = Timeline.from_arrays(steps, s)
+            starts = detect.layer_starts(t)
+            assert detect.jump_alarms(t, starts=starts, settled_high=False) == [], (seed, at)
+
+
+def test_the_warm_up_allowance_against_a_hand_computation():
+    """log(steps[i + ahead] / steps[i - 1]); +inf where a save is missing or stands at step 0."""
+    steps = np.array([0, 10, 20, 30, 40, 60])
+    a = detect.warmup_allowance(steps, 2)
+    assert np.isposinf(a[[0, 1, 4, 5]]).all()  # i - 1 at step 0; i + 2 past the end
+    np.testing.assert_allclose(a[2:4], np.log([40 / 10, 60 / 20]))
 
 
 def _diverging_log(path, at: int, last: int = 2000) -> None:
@@ -2193,12 +2234,16 @@ def test_an_lr_ramped_up_over_a_few_blocks_is_read_as_a_jump_of_the_blocks(tmp_p
     rise carried on: the jump rule read on the checkpoints saw nothing, the rise rule reads only
     settled layers, and the run was called healthy (a Mixtral AdamW run of ``holdout21``, its LR
     ramped x30 over 400 steps, the step size x4 within 100).  On the run's blocks of 10
-    checkpoints, the rule the checkpoints use reads it as a jump."""
+    checkpoints, the rule the checkpoints use reads it as a jump.  (The rules before are both off
+    for the old verdict: the straddle read past the warm-up's rise, ``straddle_warmup``, finds the
+    ramp on the checkpoints of some seeds.)"""
     for seed in range(6):
         steps, s = _ramped(seed)
         t = Timeline.from_arrays(steps, s)
         assert detect.layer_starts(t)[1] == len(steps), seed  # layer 1 never settled
-        old = judge(tmp_path, t, [], params=detect.Params(jump_blocks=False))["verdict"]
+        old = judge(tmp_path, t, [], params=detect.Params(jump_blocks=False, straddle_warmup=False))[
+            "verdict"
+        ]
         assert old["fault_type"] == "healthy", (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
         assert (v["fault_type"], v["decision"]) == ("high_lr", "high_lr/jump"), seed

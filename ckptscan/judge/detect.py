@@ -125,6 +125,9 @@ class Params:
     spike_stays: float = 1.0  # not below it (1.2: the rules before; Adam falls back within a long interval)
     straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
     #                              not at its running high (``rising``; False: the rules before)
+    straddle_warmup: bool = True  # ... and at its running high too, where it stands x``jump`` over what a
+    #                                linear warm-up from step 0 could add between the saves it spans
+    #                                (``warmup_allowance``; False: never there, the rules before)
     jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
     #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before)
     jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
@@ -659,6 +662,20 @@ def _reads(shape: str) -> tuple[tuple[int, ...], int]:
     return JUMP_SHAPES[shape]
 
 
+def warmup_allowance(steps: np.ndarray, ahead: int) -> np.ndarray:
+    """[N] log: at checkpoint i, how much a linear LR warm-up from step 0 could raise the step size
+    between the save before i and the save ``ahead`` after it: log(steps[i + ahead] / steps[i - 1]).
+    Under such a warm-up the LR at step s is proportional to s, so over those saves it rises by
+    that ratio at most (x2 from step 30 to 60, x1.25 from 300 to 375); an update ratio moves with
+    the LR.  +inf where either save is missing or at step 0 (nothing to read)."""
+    s = np.asarray(steps, dtype=np.float64)
+    out = np.full(len(s), np.inf)
+    for i in range(1, len(s) - ahead):
+        if s[i - 1] > 0:
+            out[i] = float(np.log(s[i + ahead] / s[i - 1]))
+    return out
+
+
 def _evenly_saved(steps: np.ndarray, ahead: int) -> np.ndarray:
     """[N] bool: the save intervals ending at i - 3 .. i + ``ahead`` (those a jump at i is read
     from) are even: the shortest longer than 0.9 of the longest."""
@@ -739,7 +756,9 @@ def jump_alarms(
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
     before the layer settled and where its attention step size stood at its running high just
     before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
-    not at all in the straddle shape (read before settling only with ``params.straddle_early``);
+    in the straddle shape (read before settling only with ``params.straddle_early``) only
+    ``params.jump`` times over what a linear warm-up could add across the saves it spans
+    (``warmup_allowance``, with ``params.straddle_warmup``; not at all without);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
     confirmed at the checkpoint that completes the evidence. Read on the timeline given: the
     checkpoints themselves (a jump is one save interval wide, whatever the cadence), and
@@ -777,11 +796,16 @@ def jump_alarms(
             # without the settled-high condition: read where it is (the straddle once settled, or
             # before settling with straddle_early, off the running high: the condition below)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
-            if params.jump_rising > 0:  # before the layer settled, at its running high: a larger jump
+            if params.jump_rising > 0 and not (shape == "straddle" and params.straddle_warmup):
+                # before the layer settled, at its running high: a larger jump
                 hit &= ~(np.isposinf(high) & at_high) | (f > np.log(max(times, params.jump_rising)))
-            # before settling, never at the running high (a warm-up; this makes jump_rising moot here)
+            # before settling, at the running high (a warm-up) only past the warm-up's own rise
             if shape == "straddle" and params.straddle_early:
-                hit &= ~(np.isposinf(high) & at_high)
+                early = np.isposinf(high) & at_high
+                if params.straddle_warmup:  # ... unless it rose past what the warm-up explains
+                    allow = np.log(times) + warmup_allowance(steps, n_ahead)[:, None]
+                    early &= ~(f > allow)  # f: the smaller of the two factors
+                hit &= ~early
         if shape != "jump":  # one interval weighs: only where the saves were evenly spaced around it
             hit &= _evenly_saved(steps, n_ahead)[:, None]
         new = hit & ~jumped
