@@ -32,8 +32,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    step size can climb by ``jump`` within one save interval with no LR jump): the step size of the
    attention q/k updates *and* of the output projections standing ``jump`` times above its level
    just before, at two checkpoints in a row (or at the two after a checkpoint that rose part way,
-   where the layer has settled or its step size is not at its running high: a jump between two
-   saves; or ``jump_spike`` times at one checkpoint, the next not below the level (``spike_stays``):
+   where the layer has settled or its step size is not at its running high, or stands ``jump``
+   times over what a linear warm-up could add across those saves, ``warmup_allowance``: a jump
+   between two saves; or ``jump_spike`` times at one checkpoint, the next not below the level (``spike_stays``):
    Adam takes a jump and falls back within a long interval; these two where the saves are
    evenly spaced), and above anything it had since the layer settled, in three quarters of the
    layers read (two at least where two or more are).  A too-large LR that jumps moves the whole
@@ -129,7 +130,9 @@ class Params:
     #                                linear warm-up from step 0 could add between the saves it spans
     #                                (``warmup_allowance``; False: never there, the rules before)
     jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
-    #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before)
+    #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before);
+    #                           not for the straddle with straddle_warmup, whose bar there is its own
+    #                           (below x2 where the saves it spans are less than x1.25 apart in steps)
     jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
     #                           an LR ramped up over a few blocks rises too little between two saves to
     #                           jump (False: the checkpoints only, the rules before)
@@ -614,7 +617,8 @@ def above_settled(
     (``layer_starts``: from its first examined checkpoint to i - 1); +inf where the layer had not
     settled before i (nothing to compare with), except for ``"straddle"``: NaN there (read over
     three intervals, a warm-up that accelerates looks like a jump) unless ``straddle_early``
-    (``jump_alarms`` then reads it only where the step size is not at its running high); NaN where
+    (``jump_alarms`` then reads it where the step size is not at its running high, or past the
+    warm-up's own rise, ``warmup_allowance``); NaN where
     a value read is undefined.  A restart of the schedule (cosine with warm restarts) returns the
     step size to a level the settled run has had; a too-large LR goes above."""
     read = _reads(shape)[0]  # the values read, after i
@@ -665,9 +669,11 @@ def _reads(shape: str) -> tuple[tuple[int, ...], int]:
 def warmup_allowance(steps: np.ndarray, ahead: int) -> np.ndarray:
     """[N] log: at checkpoint i, how much a linear LR warm-up from step 0 could raise the step size
     between the save before i and the save ``ahead`` after it: log(steps[i + ahead] / steps[i - 1]).
-    Under such a warm-up the LR at step s is proportional to s, so over those saves it rises by
-    that ratio at most (x2 from step 30 to 60, x1.25 from 300 to 375); an update ratio moves with
-    the LR.  +inf where either save is missing or at step 0 (nothing to read)."""
+    Under such a warm-up the LR at step s is proportional to s, so between those saves it rises by
+    that ratio (x2 from step 30 to 60, x1.25 from 300 to 375).  An update ratio sums the LR over
+    its save interval, which rises a little more (x2.2 for 10-step saves from 30 to 60); the
+    straddle's level carries the last rise on (``_level_before``), which covers that.  +inf where
+    either save is missing or i - 1 is at step 0 (nothing to read)."""
     s = np.asarray(steps, dtype=np.float64)
     out = np.full(len(s), np.inf)
     for i in range(1, len(s) - ahead):
@@ -794,12 +800,14 @@ def jump_alarms(
                 above_settled(go, starts, shape, params.straddle_early),
             )
             # without the settled-high condition: read where it is (the straddle once settled, or
-            # before settling with straddle_early, off the running high: the condition below)
+            # before settling with straddle_early, off the running high or past the warm-up's rise:
+            # the condition below)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
             if params.jump_rising > 0 and not (shape == "straddle" and params.straddle_warmup):
                 # before the layer settled, at its running high: a larger jump
                 hit &= ~(np.isposinf(high) & at_high) | (f > np.log(max(times, params.jump_rising)))
-            # before settling, at the running high (a warm-up) only past the warm-up's own rise
+            # before settling, never at the running high (a warm-up), or with straddle_warmup only
+            # past the rise a linear warm-up could give
             if shape == "straddle" and params.straddle_early:
                 early = np.isposinf(high) & at_high
                 if params.straddle_warmup:  # ... unless it rose past what the warm-up explains
