@@ -1157,6 +1157,46 @@ def _diverging_log(path, at: int, last: int = 2000) -> None:
     (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
 
 
+def test_a_fall_before_an_unseen_divergence_dates_the_fault(tmp_path):
+    """Saves every 100 steps; the run settles at step 300, and its first examined checkpoint is at
+    600 (the per-series tests need a baseline); the loss diverges at step 550.  Layer 1's median D2
+    entropy falls from about 0.44 to 0.15 at step 400 and stays there.  The rules before read no
+    alarm before the divergence: ``unknown/loss-diverged`` at 550.  Read from the settling to the
+    divergence against the level at the settling (``early_fall_alarms``: under half of it at two
+    checkpoints in a row), the fall dates the fault at 400, a collapse with no step-size growth:
+    ``lowprec_attention``.  A dip of one checkpoint is no such fall; a loss that does not diverge
+    opens no such reading."""
+    s = healthy(4)
+    fell = {k: x.copy() for k, x in s.items()}
+    fell["attn.D2.entropy2"][3:, 1, :] = 0.15
+    t = tl(fell)
+    cov = detect.examination(detect.run_detection(t), t.steps)
+    assert (cov["settled_step"], cov["first_examined_step"]) == (300, 600)
+    loud, quiet = tmp_path / "loud", tmp_path / "quiet"
+    loud.mkdir()
+    quiet.mkdir()
+    _diverging_log(loud, 550)
+    old = judge(loud, tl(fell), [], params=detect.Params(early_fall=0.0))
+    assert old["verdict"]["decision"] == classify.LOSS_DIVERGED, old["verdict"]["decision"]
+    out = judge(loud, tl(fell), [])
+    v = out["verdict"]
+    assert (v["fault_type"], v["earliest_step"]) == ("lowprec_attention", 400), (
+        v["decision"],
+        v["earliest_step"],
+    )
+    assert any(e.get("test") == "early-fall" for e in v["evidence"]), v["evidence"]
+    starts = detect.layer_starts(t)
+    alarms = detect.early_fall_alarms(t, out["loss"]["divergence_step"], starts)
+    assert [(a.layer, a.first_step, a.confirmed_step) for a in alarms] == [(1, 400, 500)]
+    assert detect.early_fall_alarms(t, None, starts) == []  # no divergence, no reading
+    calm = judge(quiet, tl(fell), [])["verdict"]  # no log: read as before, not from the early fall
+    assert not any(e.get("test") == "early-fall" for e in calm["evidence"]), calm["evidence"]
+    dip = {k: x.copy() for k, x in s.items()}
+    dip["attn.D2.entropy2"][3, 1, :] = 0.15  # one checkpoint only
+    assert detect.early_fall_alarms(tl(dip), 550, starts) == []
+    assert judge(loud, tl(dip), [])["verdict"]["decision"] == classify.LOSS_DIVERGED
+
+
 def test_a_loss_that_diverged_unseen_is_unknown_never_healthy(tmp_path):
     """The monitors stay calm, and the training loss climbs 2 nats above its best at step 1500 (a
     fault the monitors do not read, or one that began before the run settled).  The old rules

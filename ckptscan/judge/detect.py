@@ -150,6 +150,9 @@ class Params:
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
     #                    under its level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
+    #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
+    #                          level at the settling, at two checkpoints in a row (0: off, the rules before)
 
 
 @dataclass
@@ -169,7 +172,8 @@ class Alarm:
     length: int = 0  # points the sustained excursion lasted (from the trigger on)
     trigger_step: int = 0  # the step of the trigger's first point
     test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``;
-    #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``; "fall": ``fall_alarms``
+    #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``; "fall": ``fall_alarms``;
+    #                 "early-fall": ``early_fall_alarms``
     shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
 
     def as_dict(self) -> dict:
@@ -1253,6 +1257,73 @@ def dormant(timeline, params: Params = Params()) -> tuple[np.ndarray, np.ndarray
     return np.nan_to_num(layer, nan=1.0) < params.dormant_ratio, np.nan_to_num(
         head, nan=1.0
     ) < params.dormant_ratio
+
+
+EARLY_FALL_REF = 3  # the level a layer's fall is read against: its median D2 entropy over this many
+#                    checkpoints up to and including the run's settling
+
+
+def early_fall_alarms(
+    timeline,
+    divergence: int | None,
+    starts: np.ndarray,
+    params: Params = Params(),
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+) -> list[Alarm]:
+    """A collapse before the loss diverged, in a run whose first examined checkpoint came at or
+    after the divergence (``judge`` calls it only then: the per-series tests had no baseline yet).
+    From the run's settling (the earliest layer's, ``starts``) up to the divergence step, the first
+    checkpoint at which a layer's median over its heads of ``DEPTH_MONITOR`` stands under
+    ``params.early_fall`` of its level at the settling (the median of the ``EARLY_FALL_REF``
+    checkpoints up to and including it), there and at the next checkpoint before the divergence
+    (where there is one).  One alarm per layer that fell there, dated at that checkpoint, its score
+    the fall (level over value), not a z.  The divergence is the gate: a run whose loss did not
+    diverge gets none.  Read on the checkpoints; ``point_of``: checkpoint index -> scored point."""
+    if params.early_fall <= 0 or divergence is None:
+        return []
+    det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
+    steps = np.asarray(timeline.steps)
+    n = len(steps)
+    s0 = int(np.min(starts)) if len(starts) else n
+    names = list(_series_for(timeline, det)) if det is not None else []
+    if not names or s0 >= n:
+        return []
+    name = names[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        e = np.nanmedian(np.asarray(timeline.get(name), dtype=np.float64), axis=2)  # [N, L]
+        ref = np.nanmedian(e[max(0, s0 - EARLY_FALL_REF + 1) : s0 + 1], axis=0)  # [L]
+    for t in range(max(s0, EARLY_FALL_REF), n):
+        if steps[t] >= divergence:
+            break
+        with np.errstate(invalid="ignore"):
+            low = e[t] < params.early_fall * ref
+            last = t + 1 if t + 1 < n and steps[t + 1] < divergence else t
+            low &= e[last] < params.early_fall * ref
+        if not low.any():
+            continue
+        point = int(point_of[t]) if point_of is not None else t
+        points = int(point_of[last]) - point + 1 if point_of is not None else last - t + 1
+        return [
+            Alarm(
+                DEPTH_MONITOR,
+                name,
+                layer,
+                None,
+                int(steps[t]),
+                point,
+                float(ref[layer] / max(float(max(e[t, layer], e[last, layer])), 1e-12)),
+                Role.STRUCTURE,
+                "down",
+                int(steps[last]),
+                points,
+                int(steps[t]),
+                "early-fall",
+            )
+            for layer in np.flatnonzero(low).tolist()
+        ]
+    return []
 
 
 def _settle(g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, params: Params) -> int:

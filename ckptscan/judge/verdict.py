@@ -78,6 +78,11 @@ def judge(
     alarms = detection.alarms
     timeline.scores = detection.scores  # what the alarms were raised on, stored beside the monitors
     coverage = detect.examination(detection, timeline.steps, params)
+    div = loss["divergence_step"]
+    first = coverage.get("first_examined_step")
+    if div is not None and (first is None or first >= div):  # examined only after the loss diverged
+        point_of = np.arange(len(timeline.steps)) // max(1, detection.block)
+        alarms = [*alarms, *detect.early_fall_alarms(timeline, div, detection.starts, params, point_of)]
     overflow = [f for f in findings if f.get("kind") == "overflow"]
     # alarms triggered after the point that holds the divergence do not decide the class
     horizon = detection.point_at_or_after(loss["divergence_step"])
@@ -100,7 +105,6 @@ def judge(
         divergence=unseen_divergence(loss, timeline.steps, misaligned),
     )
 
-    div = loss["divergence_step"]
     log_alarm = loss["log_only_alarm_step"]
     earliest = verdict["earliest_step"]
     lead = div - earliest if (div is not None and earliest is not None and not misaligned) else None

@@ -345,7 +345,8 @@ def score_text(e: dict) -> str:
         v = f"{float(x):.3g}"
     except (TypeError, ValueError):
         return str(x)
-    return {"jump": f"x{v}", "rise": f"x{v}", "depth": f"/{v}", "fall": f"-{v}"}.get(str(e.get("test")), v)
+    marks = {"jump": f"x{v}", "rise": f"x{v}", "depth": f"/{v}", "fall": f"-{v}", "early-fall": f"/{v}"}
+    return marks.get(str(e.get("test")), v)
 
 
 def evidence_monitor(e: dict) -> str:
@@ -361,6 +362,8 @@ def evidence_monitor(e: dict) -> str:
         return f"{m} (slow rise: score = factor)"
     if e.get("test") == "fall":
         return f"{m} (slow fall: score = entropy drop)"
+    if e.get("test") == "early-fall":
+        return f"{m} (fall before the divergence: score = fall factor)"
     if e.get("test") != "jump":
         return m
     return f"{m} ({_JUMP_SHAPE.get(str(e.get('shape')), 'jump')}: score = factor)"
