@@ -1162,10 +1162,12 @@ def test_a_fall_before_an_unseen_divergence_dates_the_fault(tmp_path):
     600 (the per-series tests need a baseline); the loss diverges at step 550.  Layer 1's median D2
     entropy falls from about 0.44 to 0.15 at step 400 and stays there.  The rules before read no
     alarm before the divergence: ``unknown/loss-diverged`` at 550.  Read from the settling to the
-    divergence against the level at the settling (``early_fall_alarms``: under half of it at two
-    checkpoints in a row), the fall dates the fault at 400, a collapse with no step-size growth:
-    ``lowprec_attention``.  A dip of one checkpoint is no such fall; a loss that does not diverge
-    opens no such reading."""
+    divergence against the level at the settling (``early_fall_alarms``: the median of the values
+    at steps 100 to 300, 0.34 here, the first undefined; under half of it at two checkpoints in a
+    row), the fall dates the fault at 400, a collapse with no step-size growth:
+    ``lowprec_attention``.  A dip of one checkpoint (not the last before the divergence) is no such
+    fall; no log, or a loss that diverges only after the first examined checkpoint, opens no such
+    reading."""
     s = healthy(4)
     fell = {k: x.copy() for k, x in s.items()}
     fell["attn.D2.entropy2"][3:, 1, :] = 0.15
@@ -1191,6 +1193,11 @@ def test_a_fall_before_an_unseen_divergence_dates_the_fault(tmp_path):
     assert detect.early_fall_alarms(t, None, starts) == []  # no divergence, no reading
     calm = judge(quiet, tl(fell), [])["verdict"]  # no log: read as before, not from the early fall
     assert not any(e.get("test") == "early-fall" for e in calm["evidence"]), calm["evidence"]
+    late = tmp_path / "late"
+    late.mkdir()
+    _diverging_log(late, 750)  # diverged after the first examined checkpoint (600)
+    v = judge(late, tl(fell), [])["verdict"]
+    assert v["anomalous"] and not any(e.get("test") == "early-fall" for e in v["evidence"]), v["evidence"]
     dip = {k: x.copy() for k, x in s.items()}
     dip["attn.D2.entropy2"][3, 1, :] = 0.15  # one checkpoint only
     assert detect.early_fall_alarms(tl(dip), 550, starts) == []
@@ -1541,10 +1548,10 @@ def test_a_collapse_read_per_head_and_across_layers_names_both():
     assert classify._collapsed_where(heads) == "collapsed in 2 head(s) of layer(s) [1]"
     fell = {(0, None), (1, None)}
     assert classify._collapsed_where(fell) == (
-        "fell slowly across layer(s) [0, 1] (the median of each layer's heads)"
+        "fell across layer(s) [0, 1] (the median of each layer's heads)"
     )
     assert classify._collapsed_where(heads | fell) == (
-        "collapsed in 2 head(s) of layer(s) [1] and fell slowly across layer(s) [0, 1] (the median of each "
+        "collapsed in 2 head(s) of layer(s) [1] and fell across layer(s) [0, 1] (the median of each "
         "layer's heads)"
     )
 

@@ -365,13 +365,14 @@ def collapse_at(alarms: list[Alarm]) -> tuple[int, int] | None:
 
 def _collapsed_where(heads: set[tuple[int, int | None]]) -> str:
     """Where the structure alarms of a collapse lie, in words: per head (a head's own alarm), or
-    across layers (``detect.fall_alarms``: the median head of each layer, head None)."""
+    across layers (``detect.fall_alarms``, ``detect.early_fall_alarms``: the median head of each
+    layer, head None)."""
     own = {(layer, head) for layer, head in heads if head is not None}
     fell = sorted({layer for layer, head in heads if head is None})
     parts = (
         [f"collapsed in {len(own)} head(s) of layer(s) {sorted({layer for layer, _ in own})}"] if own else []
     )
-    parts += [f"fell slowly across layer(s) {fell} (the median of each layer's heads)"] if fell else []
+    parts += [f"fell across layer(s) {fell} (the median of each layer's heads)"] if fell else []
     return " and ".join(parts)
 
 

@@ -1277,9 +1277,13 @@ def early_fall_alarms(
     checkpoint at which a layer's median over its heads of ``DEPTH_MONITOR`` stands under
     ``params.early_fall`` of its level at the settling (the median of the ``EARLY_FALL_REF``
     checkpoints up to and including it), there and at the next checkpoint before the divergence
-    (where there is one).  One alarm per layer that fell there, dated at that checkpoint, its score
-    the fall (level over value), not a z.  The divergence is the gate: a run whose loss did not
-    diverge gets none.  Read on the checkpoints; ``point_of``: checkpoint index -> scored point."""
+    (where there is one: at the last checkpoint before the divergence, that one alone).  The level
+    includes the checkpoints just before the settling.  One alarm per layer that fell there, dated
+    at that checkpoint, its score the fall (level over the higher of the values read), not a z;
+    where the layout has a RoPE part (two series), the earlier of the two readings.  The
+    divergence is the gate (``judge`` passes a lasting one, read on an aligned log): a run whose
+    loss did not diverge gets none.  Read on the checkpoints; ``point_of``: checkpoint index ->
+    scored point."""
     if params.early_fall <= 0 or divergence is None:
         return []
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
@@ -1287,9 +1291,17 @@ def early_fall_alarms(
     n = len(steps)
     s0 = int(np.min(starts)) if len(starts) else n
     names = list(_series_for(timeline, det)) if det is not None else []
-    if not names or s0 >= n:
+    if s0 >= n:
         return []
-    name = names[0]
+    found = [_early_fall(timeline, name, divergence, s0, params, point_of) for name in names]
+    found = [f for f in found if f]
+    return min(found, key=lambda f: f[0].first_step) if found else []
+
+
+def _early_fall(timeline, name: str, divergence: int, s0: int, params: Params, point_of) -> list[Alarm]:
+    """``early_fall_alarms`` on one series."""
+    steps = np.asarray(timeline.steps)
+    n = len(steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         e = np.nanmedian(np.asarray(timeline.get(name), dtype=np.float64), axis=2)  # [N, L]

@@ -79,10 +79,13 @@ def judge(
     timeline.scores = detection.scores  # what the alarms were raised on, stored beside the monitors
     coverage = detect.examination(detection, timeline.steps, params)
     div = loss["divergence_step"]
+    diverged = unseen_divergence(loss, timeline.steps, misaligned)  # a lasting one, log aligned
     first = coverage.get("first_examined_step")
-    if div is not None and (first is None or first >= div):  # examined only after the loss diverged
+    if diverged is not None and (first is None or first >= diverged):  # examined only after it
         point_of = np.arange(len(timeline.steps)) // max(1, detection.block)
-        alarms = [*alarms, *detect.early_fall_alarms(timeline, div, detection.starts, params, point_of)]
+        early = detect.early_fall_alarms(timeline, diverged, detection.starts, params, point_of)
+        if early:  # in point order, as the detectors' alarms are
+            alarms = sorted([*alarms, *early], key=lambda a: (a.index, -a.score))
     overflow = [f for f in findings if f.get("kind") == "overflow"]
     # alarms triggered after the point that holds the divergence do not decide the class
     horizon = detection.point_at_or_after(loss["divergence_step"])
@@ -102,7 +105,7 @@ def judge(
             for a in detection.uncounted
             if loss["divergence_step"] is None or a.first_step < loss["divergence_step"]
         ],
-        divergence=unseen_divergence(loss, timeline.steps, misaligned),
+        divergence=diverged,
     )
 
     log_alarm = loss["log_only_alarm_step"]

@@ -354,7 +354,8 @@ def evidence_monitor(e: dict) -> str:
     shape it was read, and that its score is the jump factor, not a z; a collapse read by its
     depth (``test`` "depth") that its score is the fall from the head's settled level; a slow rise
     (``test`` "rise") that its score is the rise factor; a slow fall across the model (``test``
-    "fall") that its score is how far the layer's median D2 entropy fell (of 1)."""
+    "fall") that its score is how far the layer's median D2 entropy fell (of 1); a fall before an
+    unseen divergence (``test`` "early-fall") that its score is the fall factor."""
     m = str(e.get("monitor", ""))
     if e.get("test") == "depth":
         return f"{m} (depth: score = fall factor)"
