@@ -1287,13 +1287,12 @@ def early_fall_alarms(
     if params.early_fall <= 0 or divergence is None:
         return []
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
-    steps = np.asarray(timeline.steps)
-    n = len(steps)
-    s0 = int(np.min(starts)) if len(starts) else n
-    names = list(_series_for(timeline, det)) if det is not None else []
-    if s0 >= n:
+    s0 = int(np.min(starts)) if len(starts) else len(timeline.steps)
+    if det is None or s0 >= len(timeline.steps):
         return []
-    found = [_early_fall(timeline, name, divergence, s0, params, point_of) for name in names]
+    found = [
+        _early_fall(timeline, name, divergence, s0, params, point_of) for name in _series_for(timeline, det)
+    ]
     found = [f for f in found if f]
     return min(found, key=lambda f: f[0].first_step) if found else []
 
@@ -1482,6 +1481,11 @@ class Detection:
             return step
         later = self.point_steps[self.point_steps >= step]
         return int(later[0]) if len(later) else step
+
+    @property
+    def point_of(self) -> np.ndarray:
+        """[N]: per checkpoint, the scored point (block) it falls in (``coarsen``'s grouping)."""
+        return np.arange(len(self.examined)) // max(1, self.block)
 
     @property
     def settled_index(self) -> int | None:

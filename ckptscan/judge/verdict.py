@@ -82,13 +82,12 @@ def judge(
     diverged = unseen_divergence(loss, timeline.steps, misaligned)  # a lasting one, log aligned
     first = coverage.get("first_examined_step")
     if diverged is not None and (first is None or first >= diverged):  # examined only after it
-        point_of = np.arange(len(timeline.steps)) // max(1, detection.block)
-        early = detect.early_fall_alarms(timeline, diverged, detection.starts, params, point_of)
+        early = detect.early_fall_alarms(timeline, diverged, detection.starts, params, detection.point_of)
         if early:  # in point order, as the detectors' alarms are
             alarms = sorted([*alarms, *early], key=lambda a: (a.index, -a.score))
     overflow = [f for f in findings if f.get("kind") == "overflow"]
     # alarms triggered after the point that holds the divergence do not decide the class
-    horizon = detection.point_at_or_after(loss["divergence_step"])
+    horizon = detection.point_at_or_after(div)
     verdict = classify.classify(
         alarms,
         overflow,
@@ -97,14 +96,10 @@ def judge(
         coverage,
         horizon=horizon,
         proj_broad=_until(detection, horizon),
-        model_jump=jump_before(detection, loss["divergence_step"]),
-        proj_rise=before_divergence(detection.proj_rise, loss["divergence_step"]),
+        model_jump=jump_before(detection, div),
+        proj_rise=before_divergence(detection.proj_rise, div),
         # read on single checkpoints: before the divergence step itself, not its block's label
-        uncounted=[
-            a
-            for a in detection.uncounted
-            if loss["divergence_step"] is None or a.first_step < loss["divergence_step"]
-        ],
+        uncounted=[a for a in detection.uncounted if div is None or a.first_step < div],
         divergence=diverged,
     )
 
