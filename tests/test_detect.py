@@ -1147,6 +1147,66 @@ def test_the_warm_up_allowance_against_a_hand_computation():
     np.testing.assert_allclose(a[2:4], np.log([40 / 10, 60 / 20]))
 
 
+def _steepening_fall(seed, spike: float = 3.5, after: float = 1.4, fall: float = 0.7):
+    """Saves every 100 steps, a warm-up over 200: q/k step sizes at half their peak by step 300
+    (the layers settle there), then every step size x``fall`` from 400 on (the fall steepens as the
+    warm-up's effect ends; the output projections' fall too).  An LR raised between 400 and 500:
+    the step size x``spike`` at 500, falling back to x``after`` from 600 on (Adam's second moment
+    catching up within a long save interval)."""
+    steps, s = _fine_run_with_projections(seed, n=20, spacing=100, warmup=200)
+    for name in _STEP_NAMES[:2]:
+        s[name][2:] *= 0.5
+    for name in _STEP_NAMES:
+        s[name][3:] *= fall
+        s[name][4] *= spike / after
+        s[name][4:] *= after
+    return steps, s
+
+
+def test_a_jump_after_a_steepening_fall_is_read_against_the_last_value(tmp_path):
+    """The step size falls from 200 to 300 to 400, faster at 400; an LR raised between the saves at
+    400 and 500 makes it jump x3.5 at 500 and stay x1.4 up.  On a fall the rules before read the
+    level as the fall from 200 to 300 carried on, which stands above the value at 400 and the one
+    at 600 (the spike's next value falls under it): no jump, the run is ``healthy``.  Read against
+    the last value (``Params.fall_to_last``): ``high_lr/jump`` at 500.  With no LR change the run
+    stays healthy.  A fall steeper than x1/jump is a dip: the level is the value before it / jump,
+    so a step size back from a dip (a schedule restart from near zero) is no jump, counted or not,
+    where the last value alone would read one."""
+    for seed in range(4):
+        steps, s = _steepening_fall(seed)
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        assert (steps[starts] == 300).all(), seed
+        g, go = detect._model_steps(t)
+        assert (g[1] > g[2]).all() and (g[2] > g[3]).all() and (go[1] > go[2]).all() and (go[2] > go[3]).all()
+        old = judge(tmp_path, t, [], params=detect.Params(fall_to_last=False))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 500), (seed, v["decision"])
+        calm = Timeline.from_arrays(*_steepening_fall(seed, spike=1.0, after=1.0))
+        assert judge(tmp_path, calm, [])["verdict"]["fault_type"] == "healthy", seed
+        # a dip at 400 (x0.3) and back from 500 on: no jump under the floor, one at the last value
+        steps, s = _steepening_fall(seed, spike=1 / 0.3, after=1 / 0.3, fall=0.3)
+        dip = Timeline.from_arrays(steps, s)
+        assert detect.jump_alarms(dip, starts=detect.layer_starts(dip), settled_high=False) == [], seed
+        g = detect._model_steps(dip)[0]
+        last = detect.jump_score(g, "spike", fall_floor=np.inf)[4]
+        floor = detect.jump_score(g, "spike", fall_floor=np.log(1.6))[4]
+        assert (last > np.log(2.0)).all() and (floor < np.log(1.6)).all(), (seed, last, floor)
+
+
+def test_the_level_on_a_fall_against_a_hand_computation():
+    """On a fall (i-3 > i-2 > i-1): the rules before, max(g[i-1], 2 g[i-2] - g[i-3]); with a floor
+    f, max(g[i-1], g[i-2] - f)."""
+    g = np.log(np.array([8.0, 6.0, 4.0, 4.0, 4.0]))[:, None]
+    i = np.array([3])
+    np.testing.assert_allclose(detect._level_before(g, i)[0, 0], np.log(4.5))  # 6 x 6/8
+    np.testing.assert_allclose(detect._level_before(g, i, fall_floor=np.log(1.6))[0, 0], np.log(4.0))
+    np.testing.assert_allclose(detect._level_before(g, i, fall_floor=np.log(1.2))[0, 0], np.log(5.0))  # 6/1.2
+    flat = np.log(np.array([4.0, 6.0, 4.0, 4.0]))[:, None]  # no fall: 6 > 4 after a rise
+    np.testing.assert_allclose(detect._level_before(flat, i, fall_floor=np.log(1.6))[0, 0], np.log(6.0))
+
+
 def _diverging_log(path, at: int, last: int = 2000) -> None:
     """metrics.jsonl in ``path``: a loss that trains down from 3 nats, then from step ``at`` on
     stands 2 nats above its best."""

@@ -138,6 +138,9 @@ class Params:
     #                           jump (False: the checkpoints only, the rules before)
     fall_across_settling: bool = True  # ... a settled layer's fall read from i - 3 before it settled
     #                                    too (False: no fall read there, the rules before)
+    fall_to_last: bool = True  # ... on a fall, a jump read against the last value, or, where that fell
+    #                            more than x1/jump from the one before (a dip), against that one / jump
+    #                            (False: against the fall before it carried on, the rules before)
     level_settled: bool = True  # the jump rule reads a settled layer's level from the values it had since it
     #                             settled, not from its warm-up peak (False: the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
@@ -523,7 +526,11 @@ def _layers_needed(n_read: int) -> int:
 
 
 def _level_before(
-    g: np.ndarray, i: np.ndarray, starts: np.ndarray | None = None, fall_across: bool = False
+    g: np.ndarray,
+    i: np.ndarray,
+    starts: np.ndarray | None = None,
+    fall_across: bool = False,
+    fall_floor: float | None = None,
 ) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
     two checkpoints before and the last value carried along its own last rise (a warm-up rises,
@@ -540,7 +547,11 @@ def _level_before(
     (``Params.fall_across_settling``): i - 3 then tells a fall as elsewhere (the level is the
     higher of the last value and the fall carried on, so never above i - 2): right after a warm-up
     the step size can fall by a third per save, and the value two checkpoints back stands far above
-    where it got."""
+    where it got.  ``fall_floor`` (log; ``Params.fall_to_last``: the jump bar): on a fall, the level
+    is the last value instead, or the value before less ``fall_floor`` where the last fell more than
+    that (a fall that steep is a dip, a restart's LR near zero); None: the fall carried on (the
+    rules before).  Carried on, the fall from i - 3 to i - 2 stands above the last value wherever
+    the fall steepened, and it steepens as a warm-up ends: a jump right after it went unread."""
     last, before = g[i - 1], g[i - 2]
     third = g[np.maximum(i - 3, 0)]
     third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
@@ -557,7 +568,12 @@ def _level_before(
     level = np.maximum(last + np.maximum(last - before, 0.0), before)
     with np.errstate(invalid="ignore"):
         falling = (last < before) & (before < third)
-    return np.where(falling, np.maximum(last, 2.0 * before - third), level)
+    fell = (
+        np.maximum(last, 2.0 * before - third)
+        if fall_floor is None
+        else np.maximum(last, before - fall_floor)
+    )
+    return np.where(falling, fell, level)
 
 
 # shape -> (the checkpoints after i whose values are the jump, the last checkpoint after i it reads)
@@ -575,6 +591,7 @@ def jump_score(
     starts: np.ndarray | None = None,
     stays: float = Params.spike_stays,
     fall_across: bool = Params.fall_across_settling,
+    fall_floor: float | None = None,
 ) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
     its level before i (``_level_before``), read in one of three ``shape``s:
@@ -598,7 +615,7 @@ def jump_score(
     if n < 3 + ahead:
         return out
     i = np.arange(2, n - ahead)
-    level = _level_before(g, i, starts, fall_across)
+    level = _level_before(g, i, starts, fall_across, fall_floor)
     ok = np.isfinite(np.stack([g[i + d] for d in range(-2, ahead + 1)])).all(axis=0)
     with np.errstate(invalid="ignore"):
         if shape == "jump":
@@ -760,7 +777,8 @@ def jump_alarms(
     more are), both the layer's attention step size (``step_size``: q, k, router) and its output
     projection's (``step_size`` of the ``PROJ_STEP`` series) stand ``params.jump`` times above their
     level just before (``jump_score``; a settled layer's from its settled values, with
-    ``params.level_settled``: two checkpoints in a row; or the two after one that rose part
+    ``params.level_settled``; on a fall, the last value, with ``params.fall_to_last``: two
+    checkpoints in a row; or the two after one that rose part
     way; or ``params.jump_spike`` times at one checkpoint, the next x``params.spike_stays`` over the
     level at least; these two where the saves they read are evenly spaced) and above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
@@ -794,9 +812,10 @@ def jump_alarms(
         times = thresholds[shape]
         if times <= 0:
             continue
-        qk = jump_score(g, shape, own, params.spike_stays, params.fall_across_settling)
+        fl = float(np.log(params.jump)) if params.fall_to_last else None
+        qk = jump_score(g, shape, own, params.spike_stays, params.fall_across_settling, fl)
         # both must have jumped (NaN where either is unread)
-        f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays, params.fall_across_settling))
+        f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays, params.fall_across_settling, fl))
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
             high, high_o = (
