@@ -1149,8 +1149,9 @@ def test_the_warm_up_allowance_against_a_hand_computation():
 
 def _steepening_fall(seed, spike: float = 3.5, after: float = 1.4, fall: float = 0.7):
     """Saves every 100 steps, a warm-up over 200: q/k step sizes at half their peak by step 300
-    (the layers settle there), then every step size x``fall`` from 400 on (the fall steepens as the
-    warm-up's effect ends; the output projections' fall too).  An LR raised between 400 and 500:
+    (the layers settle there), then every step size x``fall`` from 400 on: the output projections,
+    nearly flat from 200 to 300, fall steeply at 400 (the fall steepens as the warm-up's effect
+    ends).  An LR raised between 400 and 500:
     the step size x``spike`` at 500, falling back to x``after`` from 600 on (Adam's second moment
     catching up within a long save interval)."""
     steps, s = _fine_run_with_projections(seed, n=20, spacing=100, warmup=200)
@@ -1164,10 +1165,11 @@ def _steepening_fall(seed, spike: float = 3.5, after: float = 1.4, fall: float =
 
 
 def test_a_jump_after_a_steepening_fall_is_read_against_the_last_value(tmp_path):
-    """The step size falls from 200 to 300 to 400, faster at 400; an LR raised between the saves at
-    400 and 500 makes it jump x3.5 at 500 and stay x1.4 up.  On a fall the rules before read the
-    level as the fall from 200 to 300 carried on, which stands above the value at 400 and the one
-    at 600 (the spike's next value falls under it): no jump, the run is ``healthy``.  Read against
+    """The step size falls from 200 to 300 to 400, the output projections' faster at 400; an LR
+    raised between the saves at 400 and 500 makes it jump x3.5 at 500 and stay x1.4 up.  On a fall
+    the rules before read the level as the fall from 200 to 300 carried on, which, for the
+    projections, stands above their value at 400 and the one at 600 (the spike's next value falls
+    under it; the q/k spike reads the same either way): no jump, the run is ``healthy``.  Read against
     the last value (``Params.fall_to_last``): ``high_lr/jump`` at 500.  With no LR change the run
     stays healthy.  A fall steeper than x1/jump is a dip: the level is the value before it / jump,
     so a step size back from a dip (a schedule restart from near zero) is no jump, counted or not,

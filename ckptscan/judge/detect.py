@@ -533,25 +533,26 @@ def _level_before(
     fall_floor: float | None = None,
 ) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
-    two checkpoints before and the last value carried along its own last rise (a warm-up rises,
-    and decelerates: its next rise is never larger than its last; a dip of one checkpoint is
-    covered by the value before it); on a fall (i - 3 > i - 2 > i - 1) the higher of the last value
-    and the fall from i - 3 to i - 2 carried on (the step size of an optimizer whose weights grow
-    falls, and a jump is read against where it got; a dip at i - 1 on a fall is covered by the
-    fall before it).  Where i - 3 is undefined (the third value of a series whose first checkpoint
-    has no update ratio), no fall is read: two values give the level.  ``starts`` (per layer, the
-    first examined checkpoint, ``layer_starts``): a layer settled by i - 1 reads its level from its
-    settled values alone (i - 1 only, where i - 2 came before it settled): a warm-up peak is not
-    where the settled step size stands, and the settled-high test (``above_settled``) reads those
-    values too.  Where i - 3 came before it settled, no fall is read, unless ``fall_across``
-    (``Params.fall_across_settling``): i - 3 then tells a fall as elsewhere (the level is the
-    higher of the last value and the fall carried on, so never above i - 2): right after a warm-up
-    the step size can fall by a third per save, and the value two checkpoints back stands far above
-    where it got.  ``fall_floor`` (log; ``Params.fall_to_last``: the jump bar): on a fall, the level
-    is the last value instead, or the value before less ``fall_floor`` where the last fell more than
-    that (a fall that steep is a dip, a restart's LR near zero); None: the fall carried on (the
-    rules before).  Carried on, the fall from i - 3 to i - 2 stands above the last value wherever
-    the fall steepened, and it steepens as a warm-up ends: a jump right after it went unread."""
+    two checkpoints before and the last value carried along its own last rise (a warm-up rises, and
+    decelerates: its next rise is never larger than its last; a dip of one checkpoint is covered by
+    the value before it); on a fall (i - 3 > i - 2 > i - 1) the higher of the last value and the
+    fall from i - 3 to i - 2 carried on, or with ``fall_floor`` the level below (the step size of
+    an optimizer whose weights grow falls, and a jump is read against where it got; a dip at i - 1
+    on a fall is covered by the fall before it).  Where i - 3 is undefined (the third value of a
+    series whose first checkpoint has no update ratio), no fall is read: two values give the level.
+    ``starts`` (per layer, the first examined checkpoint, ``layer_starts``): a layer settled by
+    i - 1 reads its level from its settled values alone (i - 1 only, where i - 2 came before it
+    settled): a warm-up peak is not where the settled step size stands, and the settled-high test
+    (``above_settled``) reads those values too.  Where i - 3 came before it settled, no fall is
+    read, unless ``fall_across`` (``Params.fall_across_settling``): i - 3 then tells a fall as
+    elsewhere (the level is the higher of the last value and the fall carried on, so never above
+    i - 2): right after a warm-up the step size can fall by a third per save, and the value two
+    checkpoints back stands far above where it got.  ``fall_floor`` (log; ``Params.fall_to_last``:
+    the jump bar): on a fall, the level is the last value instead, or the value before less
+    ``fall_floor`` where the last fell more than that (a fall that steep is a dip, a restart's LR
+    near zero); None: the fall carried on (the rules before).  Carried on, the fall from i - 3 to
+    i - 2 stands above the last value wherever the fall steepened, and it steepens as a warm-up
+    ends: a jump right after it went unread."""
     last, before = g[i - 1], g[i - 2]
     third = g[np.maximum(i - 3, 0)]
     third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
@@ -607,7 +608,9 @@ def jump_score(
 
     NaN where a value read (from i - 2 on; i - 3 only tells a fall, ``_level_before``) is
     undefined or the shape's condition fails.  ``starts``: the level of a settled layer from its
-    settled values (``_level_before``)."""
+    settled values (``_level_before``); ``fall_floor``: the level on a fall (``_level_before``;
+    ``jump_alarms`` passes log ``Params.jump`` where ``Params.fall_to_last``; None, the default:
+    the fall carried on, the rules before)."""
     ahead = _reads(shape)[1]
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
@@ -808,11 +811,11 @@ def jump_alarms(
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
     at_high = rising(g, params.warmup_skip)  # the attention step size at its running high (every shape)
     own = starts if params.level_settled else None  # a settled layer's level from its settled values
+    fl = float(np.log(params.jump)) if params.fall_to_last else None  # the level on a fall
     for shape, (_, n_ahead) in JUMP_SHAPES.items():
         times = thresholds[shape]
         if times <= 0:
             continue
-        fl = float(np.log(params.jump)) if params.fall_to_last else None
         qk = jump_score(g, shape, own, params.spike_stays, params.fall_across_settling, fl)
         # both must have jumped (NaN where either is unread)
         f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays, params.fall_across_settling, fl))
@@ -870,7 +873,8 @@ def model_jump(timeline, point_of=None, detectors: Sequence[Detector] = DETECTOR
     """Per checkpoint, the factor by which the whole model's step size stood above its level just
     before (``_level_before``) at that checkpoint alone: the jump rule's one-checkpoint ``spike``
     read without its next checkpoint and its settled high, its level read as before
-    ``Params.level_settled`` (the warm-up's values count): the attention step size and the output
+    ``Params.level_settled`` (the warm-up's values count) and ``Params.fall_to_last`` (a fall
+    carried on): the attention step size and the output
     projections' both (per layer the smaller of the two factors), the factor that
     ``_layers_needed`` of the layers where both are read reach; read only where the save intervals
     it spans are even (``_evenly_saved``: an update ratio is not scaled by the interval, so one
