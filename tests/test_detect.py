@@ -1368,8 +1368,9 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
     rises about 1.5 % per save.  The rate test scores the change per point against the floor and
     the recent trend (z under 3), the shift test counts only above the step size's settled high
     (the run settled at its highest); the old rules called the run healthy.  The rise rule reads
-    the level against where it was two settling times before: x1.5, three checkpoints in a row, in
-    both layers, q/k and output projections together."""
+    the level against where it was two settling times before: x1.25 (``Params.rise``; x1.5 until the
+    ``holdout29`` freeze), three checkpoints in a row, in both layers, q/k and output projections
+    together."""
     for seed in range(4):
         steps, s = _fine_run_with_projections(seed)
         grown = _lr_growth(s, steps, 605, 1.5)
@@ -1380,13 +1381,13 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
         assert (v["fault_type"], v["decision"]) == ("high_lr", "high_lr/rise"), seed
         alarms = detect.rise_alarms(t)
         assert {a.layer for a in alarms} == {0, 1} and all(
-            a.test == "rise" and a.score >= 1.5 for a in alarms
+            a.test == "rise" and a.score >= detect.Params().rise for a in alarms
         )
         first = alarms[0].first_step
         assert 605 < first <= 1300 and v["earliest_step"] == first, (seed, first)
         assert all(a.confirmed_step == first + 20 for a in alarms)  # three checkpoints
         # the hand computation at the alarm, layer 0: its step size (the median of its q and k
-        # update ratios' head medians) and its projections' x1.5 over the median of their values
+        # update ratios' head medians) and its projections' x1.25 over the median of their values
         # from two settling times to a third of that before (once settled), here and at the next two
         starts = detect.layer_starts(t)
         span = detect.RISE_SPAN * steps[starts.max()]
@@ -1398,8 +1399,38 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
         for col in ((qk[0] + qk[1]) / 2, np.log(grown["out.update_ratio"][:, 0, 0])):
             near = span / detect.Params().rise_near
             ref = np.median(col[(steps >= first - span) & (steps <= first - near) & settled])
-            assert col[i : i + 3].min() - ref >= np.log(1.5), seed
+            assert col[i : i + 3].min() - ref >= np.log(detect.Params().rise), seed
         assert detect.rise_alarms(t, detect.Params(rise=0.0)) == []
+
+
+def test_a_rise_over_a_few_saves_is_read_below_x1_5(tmp_path):
+    """Saves every 100 steps, the run settled at step 800: the LR ramped over three saves from step
+    1600 (x1.2, x1.45, x1.7, then held), in q, k and the output projections, against a step size
+    that keeps falling slowly.  Each save interval carried about a third of the rise, more than half
+    of what stood over the reference two settling times back (x1.3-1.5 there: the reference sits
+    higher, on the fall): the rules before read no rise at all (``Params.rise_gradual`` 0.5: no one
+    interval may carry more than half the rise) and would not have at x1.5 either (``Params.rise``).
+    Both read now (no interval carrying more than the whole rise; x1.25): ``high_lr/rise``, after
+    the ramp began.  Either change alone reads nothing; without the ramp, nothing."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed, n=30, spacing=100, warmup=200)
+        ramp = np.ones(len(steps))
+        ramp[15:18] = (1.2, 1.45, 1.7)  # steps 1600, 1700, 1800
+        ramp[18:] = 1.7
+        for name in _STEP_NAMES:
+            s[name] = s[name] * ramp[:, None, None]
+        t = Timeline.from_arrays(steps, s)
+        assert (steps[detect.layer_starts(t)] == 800).all(), seed
+        before = detect.Params(rise=1.5, rise_gradual=0.5)
+        assert judge(tmp_path, t, [], params=before)["verdict"]["fault_type"] == "healthy", seed
+        for one in (detect.Params(rise=1.25, rise_gradual=0.5), detect.Params(rise=1.5, rise_gradual=1.0)):
+            assert judge(tmp_path, t, [], params=one)["verdict"]["fault_type"] == "healthy", (seed, one)
+        v = judge(tmp_path, t, [])["verdict"]
+        assert v["decision"] == "high_lr/rise" and 1600 <= v["earliest_step"] <= 1800, (seed, v["decision"])
+        rise, need = detect.rise_levels(t)
+        assert need == 2 and 1.25 <= np.exp(np.nanmax(rise)) < 1.5, seed
+        calm = Timeline.from_arrays(*_fine_run_with_projections(seed, n=30, spacing=100, warmup=200))
+        assert judge(tmp_path, calm, [])["verdict"]["fault_type"] == "healthy", seed
 
 
 def test_a_jump_after_settling_is_read_against_the_settled_level_not_the_warm_up_peak(tmp_path):
@@ -1481,7 +1512,8 @@ def test_slow_rise_against_a_direct_reading():
         col[rng.random(n) < 0.05] = np.nan
         s0, span, persist = int(rng.integers(0, 10)), float(rng.uniform(40, 200)), 3
         near = (detect.REFERENCE_NEAR, detect.Params().rise_near)[trial % 2]  # the window before, and now
-        got = detect._slow_rise(col, steps, s0, span, persist, near)
+        share = (0.5, detect.Params().rise_gradual)[(trial // 2) % 2]  # the gradual guard before, and now
+        got = detect._slow_rise(col, steps, s0, span, persist, near, share)
         for i in range(n):
             want = np.nan
             sel = [j for j in range(s0, n) if steps[i] - span <= steps[j] <= steps[i] - span / near]
@@ -1493,7 +1525,7 @@ def test_slow_rise_against_a_direct_reading():
                 seen = [col[j] for j in range(sel[0], i + persist) if np.isfinite(col[j])]
                 ups = [b - a for a, b in zip(seen, seen[1:], strict=False)]
                 back = [col[j] for j in range(s0, i) if steps[j] >= steps[i] - 2 * span]
-                gradual = max(ups) <= detect.RISE_GRADUAL * rise
+                gradual = max(ups) <= share * rise
                 no_dip = min(b for b in back if np.isfinite(b)) >= ref - np.log(detect.RISE_DIP)
                 if rise > 0 and gradual and no_dip:
                     want = rise
@@ -1529,9 +1561,7 @@ def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
         for name in _STEP_NAMES:
             jump[name][100:] *= 2.5
         assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed
-        with monkeypatch.context() as m:
-            m.setattr(detect, "RISE_GRADUAL", 1e9)
-            assert detect.rise_alarms(Timeline.from_arrays(steps, jump)), seed
+        assert detect.rise_alarms(Timeline.from_arrays(steps, jump), detect.Params(rise_gradual=1e9)), seed
         for name in _STEP_NAMES:
             jump[name][100] = np.nan  # an unread checkpoint at the jump does not hide it
         assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed

@@ -9,7 +9,8 @@ checkpoint the layer rise, the smaller of the attention step size's and the outp
 gradual, restart-free rise over their level two settling times before, lowest over three
 checkpoints, ``detect.rise_levels``; taken at the layer the rule's count needs: the rule fires
 where this reaches ``Params.rise``). 1.0: none. Prints the largest among healthy and benign runs
-(how far they stay from the rule's x1.5) and, for the high-LR runs, how many reach x1.5. Reads
+(how far they stay from the rule's bar, ``Params.rise``) and, for the high-LR runs, how many reach
+it. Reads
 only the stored timelines.
 """
 
@@ -46,6 +47,13 @@ def largest_rise(result) -> float:
     return float(np.exp(best)) if np.isfinite(best) else 1.0
 
 
+def detect_rise() -> float:
+    """The rise rule's bar, ``Params.rise``."""
+    from ckptscan.judge import detect
+
+    return detect.Params().rise
+
+
 def main(argv=None) -> int:
     ap = margin_cli.parser(__doc__)
     args = ap.parse_args(argv)
@@ -64,7 +72,8 @@ def main(argv=None) -> int:
         f"x{top[0]:.2f} ({top[1]})" if top and top[0] > 1.0 else "none (no gradual rise in enough layers)"
     )
     print(f"healthy/benign runs read: {len(clean)}; largest rise: {largest}")
-    print(f"high-LR runs read: {len(high)}; reaching x1.5: {sum(r >= 1.5 for r in high)}")
+    bar = detect_rise()
+    print(f"high-LR runs read: {len(high)}; reaching x{bar:g}: {sum(r >= bar for r in high)}")
     return 0
 
 

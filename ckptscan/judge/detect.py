@@ -145,10 +145,13 @@ class Params:
     #                             settled, not from its warm-up peak (False: the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
     #                     settled level, ``persist`` checkpoints in a row, with another head's (0: off)
-    rise: float = 1.5  # a slow rise (``rise_alarms``): the whole model's step size x this over its
-    #                    level 1/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    rise: float = 1.25  # a slow rise (``rise_alarms``): the whole model's step size x this over its
+    #                    level 1/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off;
+    #                    1.5: the rules before)
     rise_near: float = 6.0  # ... that reference window ending RISE_SPAN / this settling times before the
     #                         point read (3: the rules before, 2/3): a fast growth is read sooner
+    rise_gradual: float = 1.0  # ... and no one save interval carried more than this share of the rise (a
+    #                            jump is the jump rule's; 0.5 with rise 1.5: the rules before)
     asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
@@ -903,7 +906,6 @@ def model_jump(timeline, point_of=None, detectors: Sequence[Detector] = DETECTOR
 
 RISE_SPAN = 2.0  # the rise rule's reference lies this many settling times back (the last layer's)
 RISE_DIP = 1.5  # ... and no value since two such spans before stood this far below it (a restart)
-RISE_GRADUAL = 0.5  # ... and no one save interval carried more than this share of the rise (a jump)
 
 
 def _reference_span(steps: np.ndarray, settled: list[int]) -> float:
@@ -935,14 +937,20 @@ def _reference_windows(
 
 
 def _slow_rise(
-    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float
+    col: np.ndarray,
+    steps: np.ndarray,
+    s0: int,
+    span: float,
+    persist: int,
+    near: float,
+    gradual: float,
 ) -> np.ndarray:
     """[N] log rise of one layer's log step size ``col`` at each checkpoint i: the lowest of its
     values at i .. i + persist - 1 less its reference level (the median of the values from
     ``span`` to ``span`` / ``near`` steps before i, from its first examined checkpoint ``s0`` on, two
     of them at least), where the rise was gradual (from the first checkpoint of the reference window
     to i + persist - 1, no step from one defined value to the next rose more than
-    ``RISE_GRADUAL`` of it: an undefined value does not hide a jump) and came without a restart
+    ``gradual`` (``Params.rise_gradual``) of it: an undefined value does not hide a jump) and came without a restart
     (nothing from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
     out = np.full(len(col), np.nan)
     for i, now, ref, j0 in _reference_windows(col, steps, s0, span, persist, near):
@@ -954,7 +962,7 @@ def _slow_rise(
         steepest = float(np.max(np.diff(seg[np.isfinite(seg)])))
         jd = max(s0, int(np.searchsorted(steps, steps[i] - 2 * span)))
         lowest = float(np.nanmin(col[jd:i]))  # holds the reference values: never all undefined
-        if steepest > RISE_GRADUAL * rise or lowest < ref - np.log(RISE_DIP):
+        if steepest > gradual * rise or lowest < ref - np.log(RISE_DIP):
             continue
         out[i] = rise
     return out
@@ -990,8 +998,8 @@ def rise_levels(
         s0 = int(starts[layer]) if layer < len(starts) else n
         # both must have risen: NaN (no rise read) in either is NaN here
         rise[:, layer] = np.minimum(
-            _slow_rise(g[:, layer], steps, s0, span, persist, params.rise_near),
-            _slow_rise(go[:, layer], steps, s0, span, persist, params.rise_near),
+            _slow_rise(g[:, layer], steps, s0, span, persist, params.rise_near, params.rise_gradual),
+            _slow_rise(go[:, layer], steps, s0, span, persist, params.rise_near, params.rise_gradual),
         )
     return rise, _layers_needed(total)
 
