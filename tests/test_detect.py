@@ -1411,7 +1411,8 @@ def test_a_rise_over_a_few_saves_is_read_below_x1_5(tmp_path):
     higher, on the fall): the rules before read no rise at all (``Params.rise_gradual`` 0.5: no one
     interval may carry more than half the rise) and would not have at x1.5 either (``Params.rise``).
     Both read now (no interval carrying more than the whole rise; x1.25): ``high_lr/rise``, after
-    the ramp began.  Either change alone reads nothing; without the ramp, nothing."""
+    the ramp began.  Either change alone raises no alarm (with the guard alone the rise reads
+    x1.3-1.4, under x1.5); without the ramp, nothing."""
     for seed in range(4):
         steps, s = _fine_run_with_projections(seed, n=30, spacing=100, warmup=200)
         ramp = np.ones(len(steps))

@@ -10,8 +10,7 @@ gradual, restart-free rise over their level two settling times before, lowest ov
 checkpoints, ``detect.rise_levels``; taken at the layer the rule's count needs: the rule fires
 where this reaches ``Params.rise``). 1.0: none. Prints the largest among healthy and benign runs
 (how far they stay from the rule's bar, ``Params.rise``) and, for the high-LR runs, how many reach
-it. Reads
-only the stored timelines.
+it. Reads only the stored timelines.
 """
 
 from __future__ import annotations

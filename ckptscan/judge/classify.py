@@ -598,7 +598,7 @@ def _signature(
             "high_lr/rise",
             (
                 # the default window (detect.Params.rise_near = 6); score.py --set rise_near=N does not reword it
-                f"the step size rose slowly to x{factor:.1f} or more over where it stood 1/3 to 2 settling "
+                f"the step size rose slowly to x{factor:.2f} or more over where it stood 1/3 to 2 settling "
                 f"times before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
                 f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
             ),

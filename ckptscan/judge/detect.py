@@ -53,7 +53,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 7. *A slow step-size rise across the model* (``rise_alarms``), on the checkpoints: the attention
    step size *and* the output projections' ``rise`` times above their level 1/3 to 2 settling
    times before (the median there; ``rise_near``), ``persist`` checkpoints in a row, in three
-   quarters of the layers, where no one save interval carried half the rise (a jump is 5.'s) and
+   quarters of the layers, where no one save interval carried more than ``rise_gradual`` of the
+   rise (the whole of it: a jump is 5.'s) and
    no restart (a dip) came before it: an LR that grows exponentially moves a few percent per save,
    under the rate test's floor, and may stay under the settled high that 5. and the shift test ask
    for.
@@ -949,9 +950,10 @@ def _slow_rise(
     values at i .. i + persist - 1 less its reference level (the median of the values from
     ``span`` to ``span`` / ``near`` steps before i, from its first examined checkpoint ``s0`` on, two
     of them at least), where the rise was gradual (from the first checkpoint of the reference window
-    to i + persist - 1, no step from one defined value to the next rose more than
-    ``gradual`` (``Params.rise_gradual``) of it: an undefined value does not hide a jump) and came without a restart
-    (nothing from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN elsewhere."""
+    to i + persist - 1, no step from one defined value to the next rose more than ``gradual``
+    (``Params.rise_gradual``) of it: an undefined value does not hide a jump) and came without a
+    restart (nothing from ``2 span`` before i on stood ``RISE_DIP`` below the reference); NaN
+    elsewhere."""
     out = np.full(len(col), np.nan)
     for i, now, ref, j0 in _reference_windows(col, steps, s0, span, persist, near):
         rise = float(now.min()) - ref
