@@ -53,7 +53,7 @@ def spikes(timeline) -> list[tuple[int, float, float]]:
     own = starts if p.level_settled else None
     with np.errstate(invalid="ignore"):
         fall = p.fall_across_settling
-        floor = float(np.log(p.jump)) if p.fall_to_last else None  # as jump_alarms reads a fall
+        floor = detect.fall_floor(p)  # as jump_alarms reads a fall
         lv = detect._level_before(g, i, own, fall, floor)
         lvo = detect._level_before(go, i, own, fall, floor)
         qk = g[i] - lv

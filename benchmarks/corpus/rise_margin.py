@@ -46,13 +46,6 @@ def largest_rise(result) -> float:
     return float(np.exp(best)) if np.isfinite(best) else 1.0
 
 
-def detect_rise() -> float:
-    """The rise rule's bar, ``Params.rise``."""
-    from ckptscan.judge import detect
-
-    return detect.Params().rise
-
-
 def main(argv=None) -> int:
     ap = margin_cli.parser(__doc__)
     args = ap.parse_args(argv)
@@ -71,7 +64,9 @@ def main(argv=None) -> int:
         f"x{top[0]:.2f} ({top[1]})" if top and top[0] > 1.0 else "none (no gradual rise in enough layers)"
     )
     print(f"healthy/benign runs read: {len(clean)}; largest rise: {largest}")
-    bar = detect_rise()
+    from ckptscan.judge import detect
+
+    bar = detect.Params().rise
     print(f"high-LR runs read: {len(high)}; reaching x{bar:g}: {sum(r >= bar for r in high)}")
     return 0
 

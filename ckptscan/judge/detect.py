@@ -581,6 +581,12 @@ def _level_before(
     return np.where(falling, fell, level)
 
 
+def fall_floor(params: Params) -> float | None:
+    """The jump rule's level on a fall (``_level_before``'s ``fall_floor``): log ``params.jump``
+    with ``params.fall_to_last``, None (the fall carried on) without."""
+    return float(np.log(params.jump)) if params.fall_to_last else None
+
+
 # shape -> (the checkpoints after i whose values are the jump, the last checkpoint after i it reads)
 JUMP_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "jump": ((0, 1), 1),  # at i and i + 1
@@ -815,7 +821,7 @@ def jump_alarms(
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
     at_high = rising(g, params.warmup_skip)  # the attention step size at its running high (every shape)
     own = starts if params.level_settled else None  # a settled layer's level from its settled values
-    fl = float(np.log(params.jump)) if params.fall_to_last else None  # the level on a fall
+    fl = fall_floor(params)  # the level on a fall
     for shape, (_, n_ahead) in JUMP_SHAPES.items():
         times = thresholds[shape]
         if times <= 0:
