@@ -231,3 +231,44 @@ def test_score_says_where_fault_runs_went_wrong():
         "none examined": {"lowprec_attention": 1},
         "unknown": {"None": 1},
     }
+
+
+def test_score_tells_the_faults_that_did_harm_from_those_that_did_not():
+    """``score.py``'s ``harm``: a fault run did harm where it diverged or ended more than the margin
+    over its healthy twin's final loss (the same recipe, no fault, no benign event); a benign run's
+    departure is measured, never called harm; a run with no twin or no finite loss is not told.
+    ``harm_lines`` counts detection apart for each group."""
+    from benchmarks.corpus.score import harm, harm_lines
+
+    def pair(run, truth, recipe, loss, benign=None, divergence=None, detected=None, examined=None):
+        row = {"run": run, "truth": truth, "divergence": divergence, "detected": detected}
+        row["examined_in_window"] = examined
+        return row, {"recipe": recipe, "final_loss": loss, "benign": benign}
+
+    pairs = [
+        pair("a-healthy", "healthy", "a", 2.0),
+        pair("a-rewarm", "healthy", "a", 2.1, benign="rewarm"),
+        pair("a-worse", "high_lr", "a", 2.3, detected=True, examined=3),
+        pair("a-better", "high_lr", "a", 1.9, detected=False, examined=3),
+        pair("a-edge", "high_lr", "a", 2.14, detected=False, examined=2),
+        pair("a-diverged", "combined", "a", float("nan"), divergence=700, detected=False, examined=0),
+        pair("b-orphan", "lowprec_attention", "b", 2.5, detected=True, examined=1),
+    ]
+    h = harm(pairs, margin=0.15)
+    assert "a-healthy" not in h
+    assert h["a-rewarm"]["harmed"] is None and math.isclose(h["a-rewarm"]["over"], 0.1)
+    assert h["a-worse"]["harmed"] is True and math.isclose(h["a-worse"]["over"], 0.3)
+    assert h["a-better"]["harmed"] is False
+    assert h["a-edge"]["harmed"] is False  # within the margin
+    assert h["a-diverged"] == {"over": None, "harmed": True}
+    assert h["b-orphan"] == {"over": None, "harmed": None}
+    lines = harm_lines(pairs, margin=0.15)
+    assert lines[0].startswith(
+        "benign runs' final loss less their healthy twin's: 1 runs, largest departure 0.100"
+    )
+    assert (
+        "did harm" in lines[1] and ": 1/2 detected; with a checkpoint examined in the window 1/1;" in lines[1]
+    )
+    assert lines[1].endswith("combined 0/1, high_lr 1/1")
+    assert "no harm seen" in lines[2] and ": 0/2 detected;" in lines[2] and lines[2].endswith("high_lr 0/2")
+    assert "not told" in lines[3] and lines[3].endswith("lowprec_attention 1/1")

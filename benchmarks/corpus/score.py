@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -125,6 +126,77 @@ def misses(rows: list[dict]) -> dict:
     }
 
 
+HARM = 0.15  # nats: a fault run that did not diverge did harm where its final loss ended this far over
+#              its healthy twin's (no benign event of the ten parts holdout20 to holdout29 moved it
+#              0.15 either way: the largest, 0.141)
+
+
+def harm(pairs: list[tuple[dict, dict]], margin: float = HARM) -> dict:
+    """What each fault did to its run's loss, against its healthy twin (the run of the same recipe,
+    ``truth["recipe"]``, with no fault and no benign event): per run name, ``"over"``, its final loss
+    (``truth["final_loss"]``) less the twin's (None: no twin or no finite loss to compare), and
+    ``"harmed"``, True where the run diverged or ended more than ``margin`` over the twin, False
+    where it did neither, None where that cannot be told.  Benign runs get ``"over"`` too (their
+    departure is the scale ``margin`` is read against); healthy runs are left out."""
+    twin: dict[str, float] = {}
+    for row, truth in pairs:
+        loss = truth.get("final_loss")
+        if row["truth"] == "healthy" and not truth.get("benign") and isinstance(loss, (int, float)):
+            twin[str(truth.get("recipe"))] = float(loss)
+    out: dict[str, dict] = {}
+    for row, truth in pairs:
+        benign = row["truth"] == "healthy" and bool(truth.get("benign"))
+        if row["truth"] == "healthy" and not benign:
+            continue
+        loss, ref = truth.get("final_loss"), twin.get(str(truth.get("recipe")))
+        finite = isinstance(loss, (int, float)) and math.isfinite(loss) and ref is not None
+        over = float(loss) - ref if finite else None
+        if benign:
+            harmed = None
+        elif row.get("divergence") is not None:
+            harmed = True
+        else:
+            harmed = None if over is None else over > margin
+        out[row["run"]] = {"over": over, "harmed": harmed}
+    return out
+
+
+def harm_lines(pairs: list[tuple[dict, dict]], margin: float = HARM) -> list[str]:
+    """``harm`` in words: the benign runs' largest departure from their twin, and detection apart
+    for the fault runs that did harm and those that did not (none hidden: every fault run is in
+    one of the three groups, or counted as not told)."""
+    h = harm(pairs, margin)
+    rows = {row["run"]: row for row, _ in pairs}
+    benign = [v["over"] for k, v in h.items() if rows[k]["truth"] == "healthy" and v["over"] is not None]
+    lines = []
+    if benign:
+        lines.append(
+            f"benign runs' final loss less their healthy twin's: {len(benign)} runs, largest departure "
+            f"{max(abs(x) for x in benign):.3f} nats (harm reads over {margin:g})"
+        )
+    fault = {k: v for k, v in h.items() if rows[k]["truth"] != "healthy"}
+    for label, pick in (
+        (f"did harm (diverged, or ended > {margin:g} nats over the twin)", True),
+        ("did no harm seen (did not diverge, ended within that)", False),
+        ("harm not told (no twin or no final loss)", None),
+    ):
+        group = [rows[k] for k, v in fault.items() if v["harmed"] is pick]
+        if not group and pick is None:
+            continue
+        examined = [r for r in group if r.get("examined_in_window")]
+        by_class: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for r in group:
+            by_class[r["truth"]][0] += bool(r.get("detected"))
+            by_class[r["truth"]][1] += 1
+        lines.append(
+            f"fault runs that {label}: {sum(bool(r.get('detected')) for r in group)}/{len(group)} detected; "
+            f"with a checkpoint examined in the window {sum(bool(r.get('detected')) for r in examined)}/"
+            f"{len(examined)}; by class "
+            + ", ".join(f"{c} {d}/{n}" for c, (d, n) in sorted(by_class.items()))
+        )
+    return lines
+
+
 def _counts(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -169,6 +241,10 @@ def main(argv=None) -> int:
     params = _params(args.settings, ap) if args.settings else None
     pairs = rows_for(args.runs, args.out, args.jobs, params)
     rows = [r for r, _ in pairs]
+    harmed = harm(pairs)  # the loss against the healthy twin
+    for r in rows:
+        h = harmed.get(r["run"]) or {"over": None, "harmed": None}
+        r["loss_over_twin"], r["harmed"] = h["over"], h["harmed"]
     args.out.mkdir(parents=True, exist_ok=True)
     name = "eval.json" if params is None else f"eval-{'-'.join(sorted(args.settings))}.json"
     (args.out / name).write_text(
@@ -194,6 +270,8 @@ def main(argv=None) -> int:
         f"  of the {t['examined_in_window']} with a checkpoint in that window at/after the first examined step: "
         f"{t['detected_of_examined']} detected (before it only the rules read on checkpoints: jump, depth, rise, fall)"
     )
+    for line in harm_lines(pairs):
+        print("  " + line)
     m = misses(rows)
     for where in ("no checkpoint", "none examined", "examined", "unknown"):
         if where in m["missed"]:
