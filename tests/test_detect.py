@@ -1593,15 +1593,16 @@ def _fall_by_hand(steps, col, start, span, i):
 
 
 def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
-    """Every head of both layers loses D2 entropy from step 705, 0.2 over 700 steps (saves every
-    10): 0.003 a save, under the noise, and nowhere near a tenth of the settled level.  The level
-    test's window follows the fall, the depth rule never reads it: the old rules called the run
-    healthy.  The fall rule reads each layer's median over its heads against where it stood two
-    settling times to a third of that before: 0.1 lower, three checkpoints in a row, in both
-    layers: low-precision attention, dated at the first of the three."""
+    """Every head of both layers loses D2 entropy from step 1305, 0.2 over 700 steps (saves every
+    10, the run settled at 400-440): 0.003 a save, under the noise, and nowhere near a tenth of the
+    settled level.  The level test's window follows the fall, the depth rule never reads it: the
+    old rules called the run healthy.  The fall rule reads each layer's median over its heads
+    against where it stood two settling times to a third of that before: 0.1 lower, three
+    checkpoints in a row, in both layers: low-precision attention, dated at the first of the
+    three."""
     for seed in range(4):
-        steps, s = _fine_run(seed)
-        worn = _slow_wear(s, steps, 705, 0.2, 700)
+        steps, s = _fine_run(seed, n=200)
+        worn = _slow_wear(s, steps, 1305, 0.2, 700)
         t = Timeline.from_arrays(steps, worn)
         old = judge(tmp_path, t, [], params=detect.Params(fall=0.0))["verdict"]
         assert old["fault_type"] == "healthy", (seed, old["decision"])
@@ -1613,7 +1614,7 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
             a.test == "fall" and a.role == "structure" and a.head is None and a.score >= 0.1 for a in alarms
         )
         first = alarms[0].first_step
-        assert 705 < first <= 1300 and v["earliest_step"] == first, (seed, first)
+        assert 1305 < first <= 1900 and v["earliest_step"] == first, (seed, first)
         assert all(a.confirmed_step == first + 20 for a in alarms)  # three checkpoints
         assert any(e["test"] == "fall" for e in v["evidence"])
         # the hand computation: per layer, the median over heads; its reference the median of the
@@ -1632,6 +1633,37 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
         scores = {a.layer: a.score for a in alarms}
         np.testing.assert_allclose([scores[0], scores[1]], by_hand[1], rtol=1e-5)  # the fall, per layer
         assert detect.fall_alarms(t, detect.Params(fall=0.0)) == []
+
+
+def test_a_fall_is_read_against_a_window_wholly_after_the_settling(tmp_path):
+    """A healthy run whose heads' D2 entropy stood 0.15 higher for the first 100 steps after the
+    layers settled (at 400; saves every 10), then went back to where it was: the fall rule's
+    reference window (two settling times to a third of that before) was cut at the settling, so at
+    step 680 it held only the two values at 400 and 410, and the old rule read a fall of 0.15 in
+    both layers: ``lowprec_attention`` on a healthy run (a Hugging Face Adafactor LLaMA recipe of
+    ``holdout21`` read so at step 190, its healthy and data-switch runs both).  The rule reads a
+    fall only where its window lies wholly after the settling (``Params.fall_whole``): from three
+    settling times on, where the peak is 10 of the window's 54 values, there is none.  A slow wear
+    from step 705 is still read, from the first checkpoint with a whole window on (1200; 1320
+    where layer 0 settled at 440), and the old rule read it sooner."""
+    for seed in range(4):
+        steps, s = _fine_run(seed)
+        peak = {k: v.copy() for k, v in s.items()}
+        peak["attn.D2.entropy2"][(steps >= 400) & (steps < 500)] += 0.15
+        t = Timeline.from_arrays(steps, peak)
+        starts = detect.layer_starts(t)
+        assert (steps[starts] <= 440).all(), seed
+        old = detect.Params(fall_whole=False)
+        assert {a.layer for a in detect.fall_alarms(t, old)} == {0, 1}, seed
+        assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "lowprec_attention", seed
+        assert detect.fall_alarms(t) == [], seed
+        assert judge(tmp_path, Timeline.from_arrays(steps, peak), [])["verdict"]["fault_type"] == "healthy"
+        worn = Timeline.from_arrays(steps, _slow_wear(s, steps, 705, 0.2, 700))
+        first = detect.fall_alarms(worn)[0].first_step
+        settled = steps[detect.layer_starts(worn)]
+        whole = detect.RISE_SPAN * settled.max() + settled.max()  # both layers' windows whole
+        assert first >= whole and first <= 1400, (seed, first)
+        assert detect.fall_alarms(worn, old)[0].first_step < first, seed
 
 
 def test_a_collapse_read_per_head_and_across_layers_names_both():
@@ -1682,19 +1714,20 @@ def test_no_slow_fall_from_one_layer_one_head_a_shallow_fall_or_a_dip():
     over heads does not move); every head falling 0.07 (under the 0.1); every head at 0.3 for two
     checkpoints only (a dip)."""
     for seed in range(4):
-        steps, s = _fine_run(seed)
+        steps, s = _fine_run(seed, n=200)  # settled at 400-440: read with a whole window from 1200-1320
         assert detect.fall_alarms(Timeline.from_arrays(steps, s)) == [], seed
         cases = {
-            "one layer": _slow_wear(s, steps, 705, 0.25, 500, layers=slice(1, 2)),
-            "one head": _slow_wear(s, steps, 705, 0.4, 500, heads=slice(0, 1)),
-            "shallow": _slow_wear(s, steps, 705, 0.07, 500),
+            "one layer": _slow_wear(s, steps, 1305, 0.25, 500, layers=slice(1, 2)),
+            "one head": _slow_wear(s, steps, 1305, 0.4, 500, heads=slice(0, 1)),
+            "shallow": _slow_wear(s, steps, 1305, 0.07, 500),
         }
         dip = {k: v.copy() for k, v in s.items()}
-        dip["attn.D2.entropy2"][100:102] = 0.3
+        dip["attn.D2.entropy2"][160:162] = 0.3
         cases["dip"] = dip
         for case, series in cases.items():
             assert detect.fall_alarms(Timeline.from_arrays(steps, series)) == [], (seed, case)
-        dip["attn.D2.entropy2"][100:103] = 0.3  # three checkpoints: read
+        assert detect.fall_alarms(Timeline.from_arrays(steps, _slow_wear(s, steps, 1305, 0.25, 500))), seed
+        dip["attn.D2.entropy2"][160:163] = 0.3  # three checkpoints: read
         assert detect.fall_alarms(Timeline.from_arrays(steps, dip)), seed
 
 

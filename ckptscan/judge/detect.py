@@ -61,9 +61,11 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 8. *A slow fall of attention structure across the model* (``fall_alarms``), on the checkpoints:
    each layer's median over its heads of D2 entropy ``fall`` under its level 2/3 to 2 settling
    times before (7.'s span, with the window 7. had before ``rise_near``), ``persist`` checkpoints
-   in a row, in three quarters of the layers: the low-precision fault can wear every head down a
-   little per save without collapsing any (a model whose q/k pass through a norm), under the level
-   test's window and far from 6.'s depth.
+   in a row, in three quarters of the layers, read only where that window lies wholly after the
+   layer settled (``fall_whole``: a window cut at the settling holds the values a layer has just
+   after it, which can stand above where it goes on): the low-precision fault can wear every head
+   down a little per save without collapsing any (a model whose q/k pass through a norm), under
+   the level test's window and far from 6.'s depth.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -157,6 +159,8 @@ class Params:
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
     #                    under its level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    fall_whole: bool = True  # ... read only where its reference window lies wholly after the layer
+    #                          settled (False: also where the settling cut it, the rules before)
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
     #                          level at the settling, at two checkpoints in a row (0: off, the rules before)
@@ -927,15 +931,24 @@ REFERENCE_NEAR = 3.0  # the slow rules' reference window ends span / this before
 
 
 def _reference_windows(
-    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, near: float = REFERENCE_NEAR
+    col: np.ndarray,
+    steps: np.ndarray,
+    s0: int,
+    span: float,
+    persist: int,
+    near: float = REFERENCE_NEAR,
+    whole: bool = False,
 ):
     """The slow rules' readings of ``col``: per checkpoint i from ``s0`` on whose values at
     i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` /
     ``near`` steps before i (the fall rule and ``projections_over``: ``REFERENCE_NEAR``; the rise
     rule: ``Params.rise_near``), from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
-    those values, the reference's median, the index the window starts at)."""
+    those values, the reference's median, the index the window starts at).  ``whole``: only where
+    the window lies wholly at or after ``s0`` (``span`` steps before i at or after its step)."""
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
+        if whole and (s0 >= len(steps) or steps[i] - span < steps[s0]):
+            continue
         j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
         j1 = int(np.searchsorted(steps, steps[i] - span / near, side="right"))
         vals = col[j0:j1][np.isfinite(col[j0:j1])]
@@ -1049,13 +1062,16 @@ DEPTH_MONITOR = "attn.D2.entropy2"  # the spectral entropy (alpha 2) of D2, / lo
 DEPTH_REF = 5  # a head's settled level: the median of its first this many values examined
 
 
-def _slow_fall(col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int) -> np.ndarray:
+def _slow_fall(
+    col: np.ndarray, steps: np.ndarray, s0: int, span: float, persist: int, whole: bool = False
+) -> np.ndarray:
     """[N] fall of one layer's median D2 entropy ``col`` at each checkpoint i: its reference level
     (the median of the values from ``span`` to ``span`` / 3 steps before i, from its first
     examined checkpoint ``s0`` on, two of them at least) less the highest of its values at
-    i .. i + persist - 1; NaN where those are not all defined or the reference is not there."""
+    i .. i + persist - 1; NaN where those are not all defined or the reference is not there, or,
+    with ``whole`` (``Params.fall_whole``), where the window reached back before ``s0``."""
     out = np.full(len(col), np.nan)
-    for i, now, ref, _ in _reference_windows(col, steps, s0, span, persist):
+    for i, now, ref, _ in _reference_windows(col, steps, s0, span, persist, whole=whole):
         out[i] = ref - float(now.max())
     return out
 
@@ -1117,7 +1133,8 @@ def fall_levels(
     [N, L] falls, need): per checkpoint and layer, how far the layer's median D2 entropy over its
     heads stands under its level ``RISE_SPAN`` settling times to a third of that before (the
     median there; the settling time as for ``rise_levels``), the least fall over
-    ``params.persist`` checkpoints (``_slow_fall``); NaN where unread.  ``need``: the layers that
+    ``params.persist`` checkpoints (``_slow_fall``); NaN where unread, or with
+    ``params.fall_whole`` where that window reached back before the layer settled.  ``need``: the layers that
     must fall together, ``JUMP_LAYERS`` of those read (two where two or more are)."""
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     if det is None:
@@ -1141,7 +1158,9 @@ def fall_levels(
         read = np.isfinite(med).any(axis=0)
         for layer in np.flatnonzero(read).tolist():
             s0 = int(starts[layer]) if layer < len(starts) else n
-            fall[:, layer] = _slow_fall(med[:, layer], steps, s0, span, max(1, params.persist))
+            fall[:, layer] = _slow_fall(
+                med[:, layer], steps, s0, span, max(1, params.persist), params.fall_whole
+            )
         out.append((name, fall, _layers_needed(int(read.sum()))))
     return out
 
@@ -1156,7 +1175,8 @@ def fall_alarms(
     """Attention structure falling slowly across the whole model: the first checkpoint at which,
     in the layers ``fall_levels`` needs, the median of the layer's heads' D2 spectral entropy
     stands ``params.fall`` (of its range, 0 to 1) under its level ``RISE_SPAN`` settling times to a
-    third of that before, at ``params.persist`` checkpoints in a row.  One alarm per layer that
+    third of that before, at ``params.persist`` checkpoints in a row (with ``params.fall_whole``,
+    where that window lies wholly after the layer settled).  One alarm per layer that
     fell (role ``structure``, head None), its score the fall (entropy units, not a z), confirmed at
     the last of those checkpoints; the earliest of the series where there are two.  The
     low-precision fault can wear every head's structure down a little per save (a model with
