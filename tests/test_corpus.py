@@ -253,6 +253,10 @@ def test_score_tells_the_faults_that_did_harm_from_those_that_did_not():
         pair("a-edge", "high_lr", "a", 2.14, detected=False, examined=2),
         pair("a-diverged", "combined", "a", float("nan"), divergence=700, detected=False, examined=0),
         pair("b-orphan", "lowprec_attention", "b", 2.5, detected=True, examined=1),
+        pair("c-healthy", "healthy", "c", float("inf")),  # no finite loss: no twin
+        pair("c-worse", "high_lr", "c", 2.9, detected=False, examined=1),
+        pair("d-healthy", "healthy", None, 1.0),  # no recipe: nobody's twin
+        pair("d-worse", "high_lr", None, 2.9, detected=False, examined=1),
     ]
     h = harm(pairs, margin=0.15)
     assert "a-healthy" not in h
@@ -262,13 +266,18 @@ def test_score_tells_the_faults_that_did_harm_from_those_that_did_not():
     assert h["a-edge"]["harmed"] is False  # within the margin
     assert h["a-diverged"] == {"over": None, "harmed": True}
     assert h["b-orphan"] == {"over": None, "harmed": None}
+    assert h["c-worse"] == h["d-worse"] == {"over": None, "harmed": None}
     lines = harm_lines(pairs, margin=0.15)
     assert lines[0].startswith(
-        "benign runs' final loss less their healthy twin's: 1 runs, largest departure 0.100"
+        "benign runs' final loss less their healthy twin's: 1 run, largest departure 0.100 nats (harm: more"
     )
     assert (
         "did harm" in lines[1] and ": 1/2 detected; with a checkpoint examined in the window 1/1;" in lines[1]
     )
     assert lines[1].endswith("combined 0/1, high_lr 1/1")
-    assert "no harm seen" in lines[2] and ": 0/2 detected;" in lines[2] and lines[2].endswith("high_lr 0/2")
-    assert "not told" in lines[3] and lines[3].endswith("lowprec_attention 1/1")
+    assert (
+        "no harm that was seen" in lines[2]
+        and ": 0/2 detected;" in lines[2]
+        and lines[2].endswith("high_lr 0/2")
+    )
+    assert "not told" in lines[3] and lines[3].endswith("high_lr 0/2, lowprec_attention 1/1")

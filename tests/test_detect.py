@@ -1636,16 +1636,17 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
 
 
 def test_a_fall_is_read_against_a_window_wholly_after_the_settling(tmp_path):
-    """A healthy run whose heads' D2 entropy stood 0.15 higher for the first 100 steps after the
-    layers settled (at 400; saves every 10), then went back to where it was: the fall rule's
-    reference window (two settling times to a third of that before) was cut at the settling, so at
-    step 680 it held only the two values at 400 and 410, and the old rule read a fall of 0.15 in
-    both layers: ``lowprec_attention`` on a healthy run (a Hugging Face Adafactor LLaMA recipe of
-    ``holdout21`` read so at step 190, its healthy and data-switch runs both).  The rule reads a
-    fall only where its window lies wholly after the settling (``Params.fall_whole``): from three
-    settling times on, where the peak is 10 of the window's 54 values, there is none.  A slow wear
-    from step 705 is still read, from the first checkpoint with a whole window on (1200; 1320
-    where layer 0 settled at 440), and the old rule read it sooner."""
+    """A healthy run whose heads' D2 entropy stood 0.15 higher from step 400 to 490 (saves every
+    10; the layers settled at 400, or layer 0 at 440), then went back to where it was: the fall
+    rule's reference window (two settling times to a third of that before) was cut at the
+    settling, so at step 680 (750 where layer 0 settled at 440) it held only the two values just
+    after it, and the old rule read a fall of about 0.15 in both layers: ``lowprec_attention`` on
+    a healthy run (a Hugging Face Adafactor LLaMA recipe of ``holdout21`` read so at step 190, its
+    healthy and data-switch runs both).  The rule reads a fall only where its window lies wholly
+    after the settling (``Params.fall_whole``): there the peak is a few of the window's 50-odd
+    values, and there is none.  A slow wear from step 705 is still read, from the first
+    checkpoint with a whole window on (1200; 1320 where layer 0 settled at 440), and the old rule
+    read it sooner."""
     for seed in range(4):
         steps, s = _fine_run(seed)
         peak = {k: v.copy() for k, v in s.items()}
@@ -1684,9 +1685,10 @@ def test_a_collapse_read_per_head_and_across_layers_names_both():
 def test_slow_fall_against_a_direct_reading():
     """``_slow_fall`` (windows found by bisection on the steps) against the rule read literally,
     checkpoint by checkpoint, on a level that hovers, then falls from a random checkpoint on (with
-    noise, gaps and uneven saves)."""
+    noise, gaps and uneven saves); with ``whole``, the same reading only where the window starts
+    at or after the first examined checkpoint (``Params.fall_whole``)."""
     rng = np.random.default_rng(11)
-    read = 0
+    read = read_whole = cut = 0
     for trial in range(40):
         n = int(rng.integers(30, 80))
         steps = np.cumsum(rng.integers(5, 30, n)).astype(np.float64)
@@ -1694,7 +1696,10 @@ def test_slow_fall_against_a_direct_reading():
         col = 0.6 - 0.01 * np.clip(j - rng.integers(10, n), 0, None) + 0.02 * rng.standard_normal(n)
         col[rng.random(n) < 0.05] = np.nan
         s0, span, persist = int(rng.integers(0, 10)), float(rng.uniform(40, 200)), 3
+        if trial % 2:  # a span that lands on a save: the window starting right at s0 is whole
+            span = float(steps[s0 + int(rng.integers(3, 12))] - steps[s0])
         got = detect._slow_fall(col, steps, s0, span, persist)
+        whole = detect._slow_fall(col, steps, s0, span, persist, whole=True)
         for i in range(n):
             want = np.nan
             sel = [j for j in range(s0, n) if steps[i] - span <= steps[j] <= steps[i] - span / 3]
@@ -1704,7 +1709,15 @@ def test_slow_fall_against_a_direct_reading():
                 want = np.median(ref_vals) - now.max()
                 read += 1
             assert (np.isnan(got[i]) and np.isnan(want)) or np.isclose(got[i], want), (trial, i)
-    assert read >= 200, read
+            # whole: only where the window starts at or after the first examined checkpoint
+            want_whole = want if steps[i] - span >= steps[s0] else np.nan
+            assert (np.isnan(whole[i]) and np.isnan(want_whole)) or np.isclose(whole[i], want_whole), (
+                trial,
+                i,
+            )
+            cut += bool(np.isfinite(want)) and np.isnan(want_whole)
+            read_whole += bool(np.isfinite(want_whole))
+    assert read >= 200 and read_whole >= 100 and cut >= 20, (read, read_whole, cut)
 
 
 def test_no_slow_fall_from_one_layer_one_head_a_shallow_fall_or_a_dip():

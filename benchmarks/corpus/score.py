@@ -138,19 +138,23 @@ def harm(pairs: list[tuple[dict, dict]], margin: float = HARM) -> dict:
     ``"harmed"``, True where the run diverged or ended more than ``margin`` over the twin, False
     where it did neither, None where that cannot be told.  Benign runs get ``"over"`` too (their
     departure is the scale ``margin`` is read against); healthy runs are left out."""
+
+    def finite(x) -> bool:
+        return isinstance(x, (int, float)) and math.isfinite(x)
+
     twin: dict[str, float] = {}
     for row, truth in pairs:
-        loss = truth.get("final_loss")
-        if row["truth"] == "healthy" and not truth.get("benign") and isinstance(loss, (int, float)):
-            twin[str(truth.get("recipe"))] = float(loss)
+        loss, recipe = truth.get("final_loss"), truth.get("recipe")
+        if row["truth"] == "healthy" and not truth.get("benign") and recipe is not None and finite(loss):
+            twin[str(recipe)] = float(loss)
     out: dict[str, dict] = {}
     for row, truth in pairs:
         benign = row["truth"] == "healthy" and bool(truth.get("benign"))
         if row["truth"] == "healthy" and not benign:
             continue
-        loss, ref = truth.get("final_loss"), twin.get(str(truth.get("recipe")))
-        finite = isinstance(loss, (int, float)) and math.isfinite(loss) and ref is not None
-        over = float(loss) - ref if finite else None
+        loss, recipe = truth.get("final_loss"), truth.get("recipe")
+        ref = twin.get(str(recipe)) if recipe is not None else None
+        over = float(loss) - ref if (finite(loss) and ref is not None) else None
         if benign:
             harmed = None
         elif row.get("divergence") is not None:
@@ -164,20 +168,23 @@ def harm(pairs: list[tuple[dict, dict]], margin: float = HARM) -> dict:
 def harm_lines(pairs: list[tuple[dict, dict]], margin: float = HARM) -> list[str]:
     """``harm`` in words: the benign runs' largest departure from their twin, and detection apart
     for the fault runs that did harm and those that did not (none hidden: every fault run is in
-    one of the three groups, or counted as not told)."""
+    one of the three groups)."""
     h = harm(pairs, margin)
     rows = {row["run"]: row for row, _ in pairs}
     benign = [v["over"] for k, v in h.items() if rows[k]["truth"] == "healthy" and v["over"] is not None]
     lines = []
     if benign:
         lines.append(
-            f"benign runs' final loss less their healthy twin's: {len(benign)} runs, largest departure "
-            f"{max(abs(x) for x in benign):.3f} nats (harm reads over {margin:g})"
+            f"benign runs' final loss less their healthy twin's: {len(benign)} run{'s' if len(benign) != 1 else ''}, "
+            f"largest departure {max(abs(x) for x in benign):.3f} nats (harm: more than {margin:g} over)"
         )
     fault = {k: v for k, v in h.items() if rows[k]["truth"] != "healthy"}
     for label, pick in (
         (f"did harm (diverged, or ended > {margin:g} nats over the twin)", True),
-        ("did no harm seen (did not diverge, ended within that)", False),
+        (
+            f"did no harm that was seen (did not diverge; ended at most {margin:g} nats over the twin, or under it)",
+            False,
+        ),
         ("harm not told (no twin or no final loss)", None),
     ):
         group = [rows[k] for k, v in fault.items() if v["harmed"] is pick]
