@@ -157,8 +157,9 @@ class Params:
     #                            jump is the jump rule's; 0.5 with rise 1.5: the rules before)
     asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
     #                      (``_drop_asleep``; False: the rules before)
-    fall: float = 0.1  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
-    #                    under its level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off)
+    fall: float = 0.07  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
+    #                    under its level 2/3 to 2 settling times before, ``persist`` checkpoints in a row (0: off;
+    #                    0.1: the rules before)
     fall_whole: bool = True  # ... read only where its reference window lies wholly after the layer
     #                          settled (False: also where the settling cut it, the rules before)
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
