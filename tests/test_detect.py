@@ -1640,8 +1640,8 @@ def test_a_wear_under_the_old_bar_is_read(tmp_path):
     """Every head of both layers loses 0.09 of D2 entropy over 300 steps from step 1305 (saves
     every 10, settled at 400-440): under the bar of 0.1 the rules before read it as healthy; the
     fall rule reads 0.07 since its window lies wholly after the settling (no healthy or benign run
-    of the corpus' eleven parts reads more than 0.053 so): low-precision attention.  A wear of 0.05
-    stays under it."""
+    of the corpus' eleven parts reads more than 0.053 so): low-precision attention, each layer's
+    fall read under 0.1.  A wear of 0.05 (over 500 steps) stays under the bar."""
     for seed in range(4):
         steps, s = _fine_run(seed, n=200)
         t = Timeline.from_arrays(steps, _slow_wear(s, steps, 1305, 0.09, 300))

@@ -8,9 +8,10 @@ fall the rule reads at any checkpoint before the loss diverged, across the model
 checkpoint the layer fall, the median over the layer's heads of D2 entropy 2 against its level two
 settling times to a third of that before, least over three checkpoints, ``detect.fall_levels``;
 taken at the layer the rule's count needs: the rule fires where this reaches ``Params.fall``).
-Prints the largest among healthy and benign runs (how far they stay under the rule's 0.1) and, per
-fault class, how many runs reach 0.1 at or after their onset. Stricter than detection: the three
-checkpoints a fall reads must all lie before the divergence (a detection needs only its first).
+Prints the largest among healthy and benign runs (how far they stay under the rule's bar,
+``Params.fall``) and, per fault class, how many runs reach it at or after their onset. Stricter
+than detection: the three checkpoints a fall reads must all lie before the divergence (a detection
+needs only its first).
 Reads only the stored timelines.
 """
 
