@@ -948,7 +948,7 @@ def _reference_windows(
     the window lies wholly at or after ``s0`` (``span`` steps before i at or after its step)."""
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
-        if whole and (s0 >= len(steps) or steps[i] - span < steps[s0]):
+        if whole and steps[i] - span < steps[s0]:  # (i >= s0 here, so s0 indexes a save)
             continue
         j0 = max(s0, int(np.searchsorted(steps, steps[i] - span, side="left")))
         j1 = int(np.searchsorted(steps, steps[i] - span / near, side="right"))
@@ -1135,8 +1135,8 @@ def fall_levels(
     heads stands under its level ``RISE_SPAN`` settling times to a third of that before (the
     median there; the settling time as for ``rise_levels``), the least fall over
     ``params.persist`` checkpoints (``_slow_fall``); NaN where unread, or with
-    ``params.fall_whole`` where that window reached back before the layer settled.  ``need``: the layers that
-    must fall together, ``JUMP_LAYERS`` of those read (two where two or more are)."""
+    ``params.fall_whole`` where that window reached back before the layer settled.  ``need``: the
+    layers that must fall together, ``JUMP_LAYERS`` of those read (two where two or more are)."""
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     if det is None:
         return []
