@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -221,10 +222,33 @@ def _params(runs):
 
 
 @pytest.fixture(scope="module")
-def fixture_rows(tmp_path_factory):
+def fixture_eval(tmp_path_factory):
+    """The analysis root and the rows of every committed drill."""
     out = tmp_path_factory.mktemp("eval")
     # weight side only: the verdict does not read act.* series, and replay doubles the time
-    return {r["run"]: r for r in evaluate.evaluate(FIXTURES, out_root=out, device="cpu", replay=False)}
+    rows = evaluate.evaluate(FIXTURES, out_root=out, device="cpu", replay=False)
+    return out, {r["run"]: r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def fixture_rows(fixture_eval):
+    return fixture_eval[1]
+
+
+@pytest.mark.skipif(not FIXTURE_RUNS, reason="no drill fixtures")
+def test_stored_judging_needs_no_weights(fixture_eval, tmp_path):
+    """``stored``: the drills copied without a single weight file, judged from the stored results,
+    give the rows their analysis gave; with no stored result, every run is an error row."""
+    out, rows = fixture_eval
+    bare = tmp_path / "bare"
+    shutil.copytree(FIXTURES, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.pt", "*.bin"))
+    assert not [p for p in bare.rglob("*") if p.suffix in (".safetensors", ".pt", ".bin")]
+    again = {r["run"]: r for r in evaluate.evaluate(bare, out_root=out, stored=True)}
+    assert again == rows
+    empty = tmp_path / "none"
+    errors = evaluate.evaluate(bare, out_root=empty, stored=True)
+    assert errors and all(r["verdict"] == "error" for r in errors)
+    assert not empty.exists()  # nothing analysed, nothing written
 
 
 @pytest.mark.slow

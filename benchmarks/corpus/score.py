@@ -14,8 +14,11 @@ verdicts with confidence >= 0.9 were right. ``--confidence`` prints the table in
 ``ckptscan.judge.classify.CONFIDENCE`` takes (only for calibration runs: the confidence is set
 there, then checked on the reported part). ``--set NAME=VALUE`` (any
 ``ckptscan.judge.detect.Params`` field, repeatable) judges the stored timelines again under other
-detection parameters: how the documented choices were compared. Rows go to ``--out/eval.json``
-(``eval-<settings>.json`` with ``--set``).
+detection parameters: how the documented choices were compared. ``--stored`` analyses nothing and
+judges every run from its stored result alone (the current rules, or ``--set``): a part whose
+checkpoint weights were deleted to save disk, logs and truth.json kept, can still be judged again.
+Rows go to ``--out/eval.json`` (``eval-<settings>.json`` with ``--set``, ``eval-stored.json`` with
+``--stored`` alone).
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ def _analyze(args: tuple[str, str]) -> str:
         return f"error: {e}"
 
 
-def rows_for(runs_dirs: list[Path], out: Path, jobs: int, params=None) -> list[tuple[dict, dict]]:
+def rows_for(
+    runs_dirs: list[Path], out: Path, jobs: int, params=None, stored: bool = False
+) -> list[tuple[dict, dict]]:
     from ckptscan.drills import evaluate
 
     runs = [r for d in runs_dirs for r in evaluate.find_runs(d)]
@@ -59,14 +64,15 @@ def rows_for(runs_dirs: list[Path], out: Path, jobs: int, params=None) -> list[t
     if len(set(names)) != len(names):
         raise SystemExit("two runs share a folder name; score the parts separately")
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for run, status in zip(
-            runs, pool.map(_analyze, [(str(r), str(out / r.name)) for r in runs]), strict=False
-        ):
+        todo = [] if stored else [(str(r), str(out / r.name)) for r in runs]
+        for run, status in zip(runs, pool.map(_analyze, todo), strict=False):
             if status not in ("ok", "cached"):
                 print(f"{run.name}: {status}", file=sys.stderr)
     pairs = []
     for d in runs_dirs:
-        for row in evaluate.evaluate(d, out_root=out, device="cpu", replay=False, params=params):
+        for row in evaluate.evaluate(
+            d, out_root=out, device="cpu", replay=False, params=params, stored=stored
+        ):
             pairs.append((row, json.loads((d / row["run"] / "truth.json").read_text())))
     return pairs
 
@@ -242,18 +248,31 @@ def main(argv=None) -> int:
         metavar="NAME=VALUE",
         help="judge again with this detection parameter (ckptscan.judge.detect.Params field)",
     )
+    ap.add_argument(
+        "--stored",
+        action="store_true",
+        help="analyse nothing: judge every run from its stored result under --out (the current "
+        "rules, or --set); for a part whose weights were deleted to save disk, its logs and "
+        "truth.json kept",
+    )
     args = ap.parse_args(argv)
     from ckptscan.drills import evaluate
 
     params = _params(args.settings, ap) if args.settings else None
-    pairs = rows_for(args.runs, args.out, args.jobs, params)
+    pairs = rows_for(args.runs, args.out, args.jobs, params, stored=args.stored)
     rows = [r for r, _ in pairs]
     harmed = harm(pairs)  # the loss against the healthy twin
     for r in rows:
         h = harmed.get(r["run"]) or {"over": None, "harmed": None}
         r["loss_over_twin"], r["harmed"] = h["over"], h["harmed"]
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "eval.json" if params is None else f"eval-{'-'.join(sorted(args.settings))}.json"
+    name = (
+        f"eval-{'-'.join(sorted(args.settings))}.json"
+        if params is not None
+        else "eval-stored.json"
+        if args.stored
+        else "eval.json"
+    )
     (args.out / name).write_text(
         json.dumps({"rows": rows, "totals": evaluate.totals(rows)}, indent=1, default=str)
     )

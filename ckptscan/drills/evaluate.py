@@ -229,7 +229,14 @@ def rejudge(run: Path, out_dir: Path, params) -> dict:
 
 
 def evaluate(
-    runs_dir, out_root=None, twins_dir=None, on_run=None, params=None, config=None, **options
+    runs_dir,
+    out_root=None,
+    twins_dir=None,
+    on_run=None,
+    params=None,
+    config=None,
+    stored=False,
+    **options,
 ) -> list[dict]:
     """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
 
@@ -237,10 +244,14 @@ def evaluate(
     the log-only detector's specific lead (``specific_log_alarm``); their logs are read, not analysed.
     ``on_run(i, total, row, seconds)`` is called after each run (progress).  With ``params``
     (``detect.Params``), runs already analysed under ``out_root`` are judged again with them
-    (``rejudge``) instead of with the defaults.  ``config`` (``AnalysisConfig``), or its fields as
-    ``options``, is how each run is analysed."""
+    (``rejudge``) instead of with the defaults.  With ``stored``, nothing is analysed: every run is
+    judged from its stored result under ``out_root`` (with ``params``, or the defaults), so a corpus
+    whose weights were deleted to save disk (its logs and ``truth.json`` kept) can still be judged
+    again; a run with no stored result is an error row.  ``config`` (``AnalysisConfig``), or its
+    fields as ``options``, is how each run is analysed."""
     from ckptscan.api import analyze
     from ckptscan.judge import logs
+    from ckptscan.judge.detect import Params
 
     runs = find_runs(Path(runs_dir))
     root = Path(out_root) if out_root is not None else Path.cwd() / "ckptscan-out" / "eval"
@@ -254,9 +265,12 @@ def evaluate(
         t0 = time.monotonic()
         truth = json.loads((run / "truth.json").read_text())
         try:
-            summary = analyze(run, config, out_dir=root / run.name, **options).summary
-            if params is not None:
-                summary = rejudge(run, root / run.name, params)
+            if stored:
+                summary = rejudge(run, root / run.name, params if params is not None else Params())
+            else:
+                summary = analyze(run, config, out_dir=root / run.name, **options).summary
+                if params is not None:
+                    summary = rejudge(run, root / run.name, params)
         except CkptscanError as e:  # one run that cannot be analysed is a row, not the end of the evaluation
             rows.append(
                 {
