@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import ClassVar
 
@@ -103,7 +104,9 @@ class _Main(click.Group):
 
 
 def handle_errors(fn):
-    """One line naming the file and the problem, the right exit code; tracebacks only with --debug.
+    """One line naming the file and the problem, the right exit code; with --debug, the traceback
+    first (the exit code stays the error's: a CI job run with --debug must not read a bad input as
+    "anomalous", exit 1).
 
     When the command stops before a verdict, the CI outputs it was asked for still say so: a JUnit
     file (``--junit``) and, under GitHub Actions, an annotation and the job summary read "no verdict"
@@ -119,8 +122,8 @@ def handle_errors(fn):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             sys.exit(EXIT_PIPE)
         except CkptscanError as e:
-            if debug:
-                raise
+            if debug:  # the traceback, then the same line and exit code as without --debug
+                traceback.print_exc()
             _stop(f"error: {printable(str(e))}", e.exit_code, kwargs)
         except KeyboardInterrupt:
             click.echo("ckptscan: interrupted (finished checkpoints are kept; re-run to resume)", err=True)
@@ -129,10 +132,10 @@ def handle_errors(fn):
             raise
         except Exception as e:  # a bug: still one line unless --debug
             if debug:
-                raise
+                traceback.print_exc()
             _stop(
-                f"internal error: {type(e).__name__}: {printable(str(e))} (re-run with --debug for the "
-                f"traceback)",
+                f"internal error: {type(e).__name__}: {printable(str(e))}"
+                + ("" if debug else " (re-run with --debug for the traceback)"),
                 EXIT_INTERNAL,
                 kwargs,
             )

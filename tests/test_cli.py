@@ -135,6 +135,22 @@ def test_debug_stops_at_a_checkpoint_discovery_turned_away(tmp_path):
         analyze(run, out_dir=tmp_path / "o", debug=True)
 
 
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
+    """--debug adds the traceback; the exit code stays the input error's 3 (it was 1, the code of an
+    anomaly, which a CI job would read as a fault found), and the one error line still ends stderr."""
+    run = make_run(tmp_path / "run", n=3)
+    (run / "checkpoint-200" / "model.safetensors").write_bytes(b"\x00" * 16)  # not a safetensors file
+    plain = CliRunner().invoke(
+        main, ["analyze", str(run), "-o", str(tmp_path / "o"), "-q", "--fail-on", "input-error"]
+    )
+    assert plain.exit_code == 3 and "Traceback" not in plain.stderr, plain.stderr
+    r = CliRunner().invoke(main, ["analyze", str(run), "-o", str(tmp_path / "o2"), "-q", "--debug"])
+    assert r.exit_code == 3, (r.exit_code, r.stderr)
+    assert "Traceback (most recent call last)" in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ckptscan: error: ") and "checkpoint-200" in last, last
+
+
 def test_default_output_folders_never_mix_runs_or_selections(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     a = make_run(tmp_path / "a" / "run", n=3)
