@@ -1090,7 +1090,8 @@ def test_a_straddled_jump_is_read_before_settling_off_the_running_high(tmp_path)
         steps, s = _straddled(seed, 300)
         t = Timeline.from_arrays(steps, s)
         assert (steps[detect.layer_starts(t)] > 320).all(), seed
-        old = judge(tmp_path, t, [], params=detect.Params(straddle_early=False))["verdict"]
+        # (nor the lift rule, which came after and reads it too)
+        old = judge(tmp_path, t, [], params=detect.Params(straddle_early=False, lift=0.0))["verdict"]
         assert old["fault_type"] == "inconclusive", (seed, old.get("decision"))
         v = judge(tmp_path, t, [])["verdict"]
         assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 300), (seed, v.get("decision"))
@@ -1336,7 +1337,8 @@ def test_a_step_size_jump_across_the_model_is_high_lr(tmp_path):
         for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
             s[name][j:] *= 2.5
         t = Timeline.from_arrays(steps, s)
-        old = judge(tmp_path, t, [], params=detect.Params(jump=0.0))["verdict"]  # without the jump test
+        # without the jump test (nor the lift rule, which came after it and reads this one too)
+        old = judge(tmp_path, t, [], params=detect.Params(jump=0.0, lift=0.0))["verdict"]
         assert old["fault_type"] in ("healthy", "inconclusive"), (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
         assert (v["fault_type"], v["decision"], v["earliest_step"]) == (
@@ -1483,10 +1485,10 @@ def test_a_fast_growth_is_read_by_the_rise_rule_before_it_runs_away(tmp_path):
             onset = int(steps[detect.layer_starts(Timeline.from_arrays(steps, s)).max()]) + 5
             grown = _lr_growth(s, steps, onset, 6.0)
             # the rise rule alone (the jump rule's settled level and its reading of the blocks
-            # aside: they read some of these as a jump)
-            before = detect.Params(rise_near=3.0, level_settled=False, jump_blocks=False)
+            # aside: they read some of these as a jump; the lift rule too, which came after)
+            before = detect.Params(rise_near=3.0, level_settled=False, jump_blocks=False, lift=0.0)
             old = judge(tmp_path, Timeline.from_arrays(steps, grown), [], params=before)["verdict"]
-            now = detect.Params(level_settled=False, jump_blocks=False)
+            now = detect.Params(level_settled=False, jump_blocks=False, lift=0.0)
             v = judge(tmp_path, Timeline.from_arrays(steps, grown), [], params=now)["verdict"]
             assert v["decision"] == old["decision"] == "high_lr/rise", (spacing, seed)
             assert old["earliest_step"] - onset > 250, (spacing, seed)
@@ -2495,3 +2497,78 @@ def test_a_jump_after_a_steep_fall_across_the_settling_is_read_against_where_it_
         assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", 1500), seed
         calm = fallen(seed, 1.0)[1]
         assert judge(tmp_path, Timeline.from_arrays(steps, calm), [])["verdict"]["fault_type"] == "healthy"
+
+
+def _held_run(seed, n=150, spacing=10, warmup=300, noise=0.03):
+    """A run saved every ``spacing`` steps whose step size rises through a long linear warm-up and
+    then holds (a constant LR, an optimizer whose step does not shrink as the weights grow, as seen
+    with Adafactor): the layers never fall to half their peak, so they settle only at four times the
+    age of a peak that noise keeps moving.  Output projections follow the same LR."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1) * spacing
+    lr = np.minimum(1.0, steps / warmup)
+    ratio = (0.3 * lr)[:, None, None] * np.exp(noise * rng.standard_normal((n, L, H)))
+    s = {
+        "attn.D2.entropy2": 0.65 + noise * rng.standard_normal((n, L, H)),
+        "attn.q.update_ratio": ratio,
+        "attn.k.update_ratio": ratio * np.exp(noise * rng.standard_normal((n, L, H))),
+        "out.update_ratio": (0.2 * lr)[:, None, None] * np.exp(noise * rng.standard_normal((n, L, 1))),
+    }
+    for name in s:
+        s[name][0] = np.nan
+    return steps, s
+
+
+def test_lift_against_a_hand_computation():
+    """At checkpoint i: the least of the next three values less the higher of the medians of the
+    earlier and later half of the values from half of step i to a third of that before; read only
+    where the later half stands no more than ``LIFT_HELD`` over the earlier half, with three values
+    at least."""
+    steps = np.arange(1, 21, dtype=np.float64) * 100  # 100 .. 2000
+    col = np.log(np.array([1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 8, 8, 8, 9, 8, 8, 2, 2, 8, 8], dtype=np.float64))
+    lift = detect._lift(col, steps, 3)
+    # step 1100 (i=10): the window runs from 550 to 916.7: steps 600-900, all 4 -> level 4; next three 8, 8, 8
+    np.testing.assert_allclose(lift[10], np.log(2.0))
+    # step 300 (i=2): the window 150 .. 250 holds one value (200): unread
+    assert np.isnan(lift[2])
+    # step 600 (i=5): 300 .. 500 holds 4, 4, 4; the next three 4: no lift
+    np.testing.assert_allclose(lift[5], 0.0)
+    # step 1900 (i=18): the window 950 .. 1583: 8, 8, 8, 9, 8, 8 -> halves 8, 8 -> 8; the last two unread
+    assert np.isnan(lift[18:]).all()
+    # step 1600 (i=15): 800 .. 1333: 4, 4, 4, 8, 8, 8 -> halves 4 and 8: the later over the earlier: unread
+    assert np.isnan(lift[15])
+    # a warm-up still rising through its window is no level: 1, 2, 4 for step 800 (i=7: 400 .. 667, 4, 4, 4)
+    # reads 0, while step 500 (i=4: 250 .. 417: 4, 4) has two values only
+    assert np.isnan(lift[4]) and np.isclose(lift[7], 0.0)
+
+
+def test_a_step_size_lifted_off_its_level_before_any_settling_is_high_lr(tmp_path):
+    """Saves every 10 steps, a 300-step warm-up, then a step size that holds: the layers never fall
+    to half their peak.  From step 405 the LR is ramped up x2 over 60 steps and held there (a bad
+    config change), in q, k and the output projections.  No save interval carries a jump (x1.12
+    each), and the rise rule and the per-series tests read only once a layer settled, which never
+    happened: the rules before read the run ``inconclusive`` (it never left its early phase).  The
+    lift rule reads the step size against the level it held (here 300-400) and dates it after the
+    onset; without the fault, nothing; a restart (the LR to a tenth at step 700, warmed back over
+    200 steps) comes back to its level and raises nothing either."""
+    onset = 405
+    for seed in range(4):
+        steps, s = _held_run(seed)
+        factor = np.exp(np.log(2.0) * np.clip((steps - onset) / 60.0, 0.0, 1.0))
+        raised = {k: v * factor[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
+        t = Timeline.from_arrays(steps, raised)
+        old = judge(tmp_path, t, [], params=detect.Params(lift=0.0))["verdict"]
+        assert old["fault_type"] == "inconclusive", (seed, old["fault_type"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, raised), [])["verdict"]
+        assert (v["fault_type"], v.get("decision")) == ("high_lr", "high_lr/lift"), (seed, v["fault_type"])
+        assert onset <= v["earliest_step"] <= 700, (seed, v["earliest_step"])
+        alarms = detect.lift_alarms(t)
+        assert {a.layer for a in alarms} == {0, 1} and all(
+            a.test == "lift" and a.score >= detect.Params().lift and a.first_step >= onset for a in alarms
+        )
+        assert alarms[0].confirmed_step == alarms[0].first_step + 20  # three checkpoints
+        calm = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert not calm["anomalous"] and detect.lift_alarms(Timeline.from_arrays(steps, s)) == [], seed
+        restart = np.interp(steps, [0, 700, 701, 900, 10**6], [1, 1, 0.1, 1, 1])
+        rewarmed = {k: v * restart[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
+        assert detect.lift_alarms(Timeline.from_arrays(steps, rewarmed)) == [], seed

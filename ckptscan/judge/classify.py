@@ -76,6 +76,8 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     "high_lr/step-size": (57, 58),  # no collapse: the step size (or the second-order term) grew
     "high_lr/jump": (116, 126),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
     "high_lr/rise": (4, 4),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
+    # counted on holdout20 to holdout31, the parts the rule was chosen on (it came after the count above)
+    "high_lr/lift": (3, 3),  # no collapse: the step size rose off a level it held (``detect.lift_alarms``)
     "high_lr/step-size-first": (20, 22),  # the step size grew well before a collapse
     "high_lr/logits": (3, 6),  # no collapse, only attention logits grew
     "combined/together": (20, 24),  # a collapse with the step size growing in two or more series
@@ -438,7 +440,7 @@ def _signature(
       the step size grow before the collapse), provided the collapse is not in one head alone
       (``_lone_head``; ``LONE_COLLAPSE``: ``high_lr``, ``LONE_PATH``, read after the
       projections-calm test below) and the output projections' step size was off
-      across layers within the window as well (or moved: a ``jump`` or ``rise`` alarm there), where they are
+      across layers within the window as well (or moved: a ``jump``, ``rise`` or ``lift`` alarm there), where they are
       read (``proj_broad``, per point, from the window before the step size grew; the fault leaves
       them alone):
       ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
@@ -448,7 +450,8 @@ def _signature(
       times before, across the model, at one of those checkpoints (``proj_rise``):
       ``combined/projections-up``; else ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
-      alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/step-size``
+      alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/lift`` where a
+      whole-model lift off a held level is (``detect.lift_alarms``), else ``high_lr/step-size``
       (step-size or second-order growth); ``high_lr/logits`` where only logits grew, the classic
       sign of a too-large step."""
     n_layers = max(1, n_layers)
@@ -494,9 +497,9 @@ def _signature(
             why = f"the step size grew with it, in {len(near)} update-ratio series"
         else:
             why = None
-        # a step-size jump or rise (``detect.jump_alarms``, ``rise_alarms``) is the output
+        # a step-size jump, rise or lift (``detect.jump_alarms``, ``rise_alarms``, ``lift_alarms``) is the output
         # projections' step size moving too
-        jump_near = any(a.test in ("jump", "rise") for a in growth if a.index <= s0 + DECISION_WINDOW)
+        jump_near = any(a.test in ("jump", "rise", "lift") for a in growth if a.index <= s0 + DECISION_WINDOW)
         # the whole model's step size jumped at one checkpoint, at or just before the collapse
         spike = jump_with(model_jump, s0, until)
         if spike is not None and not spike[0] >= COLLAPSE_JUMP:
@@ -601,6 +604,20 @@ def _signature(
                 f"the step size rose slowly to x{factor:.2f} or more over where it stood 1/3 to 2 settling "
                 f"times before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
                 f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
+            ),
+            window,
+            None,
+        )
+    lifted = [a for a in lr if a.test == "lift"]
+    if lifted and min(a.index for a in lifted) == first.index:  # a lift among the first alarms
+        factor, at = min(a.score for a in lifted), min(a.first_step for a in lifted)
+        return (
+            "high_lr",
+            "high_lr/lift",
+            (
+                f"the step size rose to x{factor:.2f} or more over a level it had held, from step {at} on, "
+                f"in {len({a.layer for a in lifted})} of {n_layers} layer(s), the attention q/k updates and "
+                f"the output projections together, with no D2 entropy collapse first"
             ),
             window,
             None,

@@ -165,6 +165,8 @@ class Params:
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
     #                          level at the settling, at two checkpoints in a row (0: off, the rules before)
+    lift: float = 1.75  # a step size lifted off a level it held (``lift_alarms``): the whole model's
+    #                     step size x this over that level, read with or without a settling (0: off)
 
 
 @dataclass
@@ -185,7 +187,7 @@ class Alarm:
     trigger_step: int = 0  # the step of the trigger's first point
     test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``;
     #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``; "fall": ``fall_alarms``;
-    #                 "early-fall": ``early_fall_alarms``
+    #                 "early-fall": ``early_fall_alarms``; "lift": ``lift_alarms``
     shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
 
     def as_dict(self) -> dict:
@@ -1059,6 +1061,82 @@ def rise_alarms(
     return []
 
 
+LIFT_SPAN = 0.5  # the lift rule's level: the values from this share of the steps so far before a
+#                  checkpoint to a third of that before it
+LIFT_HELD = 0.1  # ... where the later half of those values stood no more than this (log) over the
+#                  earlier half's (the median of each): a level held, not a warm-up still rising
+
+
+def _lift(col: np.ndarray, steps: np.ndarray, persist: int) -> np.ndarray:
+    """[N] log lift of one layer's log step size ``col`` at each checkpoint i: the lowest of its
+    values at i .. i + persist - 1 less the level it held before (the higher of the medians of the
+    earlier and the later half of its defined values from ``LIFT_SPAN`` times step i to a third of
+    that before i, three of them at least), where that level held (the later half's median no more
+    than ``LIFT_HELD`` over the earlier half's); NaN elsewhere.  No settling is needed: a warm-up
+    is still rising through that window, and a dip (a restart) is read against the higher half."""
+    out = np.full(len(col), np.nan)
+    for i in range(1, len(col) - persist + 1):
+        now = col[i : i + persist]
+        if not np.isfinite(now).all():
+            continue
+        span = LIFT_SPAN * float(steps[i])
+        j0 = int(np.searchsorted(steps, steps[i] - span, side="left"))
+        j1 = int(np.searchsorted(steps, steps[i] - span / REFERENCE_NEAR, side="right"))
+        vals = col[j0:j1][np.isfinite(col[j0:j1])]
+        if len(vals) < 3:
+            continue
+        half = len(vals) // 2
+        early, late = float(np.median(vals[:half])), float(np.median(vals[half:]))
+        if late - early > LIFT_HELD:
+            continue
+        out[i] = float(now.min()) - max(early, late)
+    return out
+
+
+def lift_levels(
+    timeline, params: Params = Params(), detectors: Sequence[Detector] = DETECTORS
+) -> tuple[np.ndarray, int]:
+    """([N, L], need): per checkpoint and layer, the log lift the lift rule reads (``lift_alarms``):
+    the smaller of the attention step size's and the output projections' ``_lift``, lowest over
+    ``params.persist`` checkpoints; NaN where either is unread.  ``need`` as for ``rise_levels``."""
+    g, go = _model_steps(timeline, detectors)
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    lift = np.full(g.shape, np.nan)
+    persist = max(1, params.persist)
+    with_step = np.isfinite(g).any(axis=0)
+    for layer in np.flatnonzero(with_step & np.isfinite(go).any(axis=0)).tolist():
+        lift[:, layer] = np.minimum(_lift(g[:, layer], steps, persist), _lift(go[:, layer], steps, persist))
+    return lift, _layers_needed(int(with_step.sum()))
+
+
+def lift_alarms(
+    timeline, params: Params = Params(), point_of=None, detectors: Sequence[Detector] = DETECTORS
+) -> list[Alarm]:
+    """A step size lifted off a level it held, across the whole model: the first checkpoint at
+    which, in the layers ``lift_levels`` needs, both the attention step size (q, k, router) and the
+    output projections' stand ``params.lift`` times over the level they held from half the steps
+    so far to a third of that before, at ``params.persist`` checkpoints in a row.  One alarm per
+    layer lifted, its score the factor (not a z), confirmed at the last of those checkpoints.
+    Unlike the rise rule (``rise_alarms``), it reads before the run settled: an LR raised soon
+    after the warm-up keeps the step size from ever falling, so the layers do not settle before the
+    loss diverges.  A warm-up is still rising through the window (no level held); after it, a
+    healthy run's step size holds or falls; a restart comes back to the level it left; the
+    low-precision fault leaves the output projections alone.  Nothing to read without output
+    projections."""
+    if params.lift <= 0:
+        return []
+    lift, need = lift_levels(timeline, params, detectors)
+    with np.errstate(invalid="ignore"):
+        lifted = lift >= np.log(params.lift)
+    for i in range(len(lift)):
+        if need == 0 or lifted[i].sum() < need:
+            continue
+        last = i + max(1, params.persist) - 1  # ``_lift`` reads only where all of them are
+        layers = np.flatnonzero(lifted[i]).tolist()
+        return _step_alarms(timeline, detectors, point_of, i, last, layers, lift[i], "lift")
+    return []
+
+
 DEPTH_MONITOR = "attn.D2.entropy2"  # the spectral entropy (alpha 2) of D2, / log h
 DEPTH_REF = 5  # a head's settled level: the median of its first this many values examined
 
@@ -1718,6 +1796,7 @@ def run_detection(
                 counted = coarse
         model = counted + depth_alarms(fine, params, block, fine_heads, detectors)
         model += rise_alarms(fine, params, block, detectors, fine_starts)
+        model += lift_alarms(fine, params, block, detectors)
         model += fall_alarms(fine, params, block, detectors, fine_starts)
         uncounted = uncounted_jump(fine, counted, params, block, detectors, fine_starts)
         if params.asleep:
