@@ -2523,23 +2523,43 @@ def test_lift_against_a_hand_computation():
     """At checkpoint i: the least of the next three values less the higher of the medians of the
     earlier and later half of the values from half of step i to a third of that before; read only
     where the later half stands no more than ``LIFT_HELD`` over the earlier half, with three values
-    at least."""
+    at least, and where the three values stand ``LIFT_HIGH`` over the highest the series stood at
+    (three values in a row) before that window."""
     steps = np.arange(1, 21, dtype=np.float64) * 100  # 100 .. 2000
     col = np.log(np.array([1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 8, 8, 8, 9, 8, 8, 2, 2, 8, 8], dtype=np.float64))
     lift = detect._lift(col, steps, 3)
     # step 1100 (i=10): the window runs from 550 to 916.7: steps 600-900, all 4 -> level 4; next three 8, 8, 8
     np.testing.assert_allclose(lift[10], np.log(2.0))
+    # step 1400 (i=13): 700 .. 1166.7: 4, 4, 4, 4, 8 -> halves 4 and 4; next three 9, 8, 8: the least, 8
+    np.testing.assert_allclose(lift[13], np.log(2.0))
     # step 300 (i=2): the window 150 .. 250 holds one value (200): unread
     assert np.isnan(lift[2])
+    # step 500 (i=4): 250 .. 416.7 holds two values (300, 400): unread
+    assert np.isnan(lift[4])
     # step 600 (i=5): 300 .. 500 holds 4, 4, 4; the next three 4: no lift
     np.testing.assert_allclose(lift[5], 0.0)
-    # step 1900 (i=18): the window 950 .. 1583: 8, 8, 8, 9, 8, 8 -> halves 8, 8 -> 8; the last two unread
-    assert np.isnan(lift[18:]).all()
     # step 1600 (i=15): 800 .. 1333: 4, 4, 4, 8, 8, 8 -> halves 4 and 8: the later over the earlier: unread
     assert np.isnan(lift[15])
-    # a warm-up still rising through its window is no level: 1, 2, 4 for step 800 (i=7: 400 .. 667, 4, 4, 4)
-    # reads 0, while step 500 (i=4: 250 .. 417: 4, 4) has two values only
-    assert np.isnan(lift[4]) and np.isclose(lift[7], 0.0)
+    # the last two checkpoints have no three values after them
+    assert np.isnan(lift[18:]).all()
+    # the level is the higher half's median, not the whole window's: earlier half 4, later half 4.4
+    # (within LIFT_HELD of it); at step 1500 (i=14: 750 .. 1250, steps 800-1200: 4, 4, 4.4, 4.4, 4.4)
+    rising = np.log(np.array([4.0] * 9 + [4.4] * 5 + [9.0] * 6))
+    np.testing.assert_allclose(detect._lift(rising, steps, 3)[14], np.log(9.0 / 4.4))
+    # a cut in the window: 4, then 1, 1, 1, 1 -> halves 2 (the median of 4 and 1, in logs) and 1 ->
+    # level 2; the step size back at 4 is x2 over it, but no higher than it stood before the window
+    # (4, and LIFT_HIGH more is needed): unread; back at 8, it is
+    cut = np.log(np.array([4.0] * 8 + [1.0] * 4 + [4.0] * 8))
+    assert np.isnan(detect._lift(cut, steps, 3)[14])
+    cut[12:] = np.log(8.0)
+    np.testing.assert_allclose(detect._lift(cut, steps, 3)[14], np.log(4.0))
+    # a decay, then the LR back up: 8 through step 500, falling to 1, then 4 from step 1500 on.  At
+    # step 1500 (i=14) the window 750 .. 1250 reads 2, 1, 1, 1, 1 -> level 1.5 (halves 1.5 and 1),
+    # x2.7 under it; but 4 stays under the high of 8 the series held before the window: unread
+    decay = np.log(np.array([8.0] * 5 + [6, 4, 2, 2, 1, 1, 1, 1, 1] + [4.0] * 6))
+    assert np.isnan(detect._lift(decay, steps, 3)[14])
+    high = detect._running_high(decay)
+    assert high[0] == -np.inf and np.isclose(high[7], np.log(8.0)) and np.isclose(high[14], np.log(8.0))
 
 
 def test_a_step_size_lifted_off_its_level_before_any_settling_is_high_lr(tmp_path):
@@ -2572,3 +2592,28 @@ def test_a_step_size_lifted_off_its_level_before_any_settling_is_high_lr(tmp_pat
         restart = np.interp(steps, [0, 700, 701, 900, 10**6], [1, 1, 0.1, 1, 1])
         rewarmed = {k: v * restart[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
         assert detect.lift_alarms(Timeline.from_arrays(steps, rewarmed)) == [], seed
+        # q and k alone (the low-precision fault's signature): the output projections did not move
+        qk = {
+            k: v * factor[:, None, None] if k.startswith("attn.") and k.endswith("update_ratio") else v
+            for k, v in s.items()
+        }
+        assert detect.lift_alarms(Timeline.from_arrays(steps, qk)) == [], seed
+
+
+def test_a_warm_restart_under_the_earlier_high_is_no_lift(monkeypatch):
+    """The LR decays to a tenth by step 900, then a warm restart takes it back to half its peak
+    (saves every 10 steps, a level step size otherwise): against the window, still low, that is
+    x4 or more in every layer, but the step size stays under the high it stood at before the
+    window, and no lift is read.  Without that guard (``_running_high`` read as -inf) the same
+    run alarms: the guard is what keeps a warm restart out."""
+    for seed in range(3):
+        steps, s = _held_run(seed, n=200, warmup=100)
+        sched = np.interp(steps, [0, 100, 900, 1200, 1201, 1300, 10**6], [1, 1, 0.1, 0.1, 0.1, 0.5, 0.5])
+        sched[steps <= 100] = 1.0  # the warm-up is _held_run's own
+        restarted = {k: v * sched[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
+        t = Timeline.from_arrays(steps, restarted)
+        assert detect.lift_alarms(t) == [], seed
+        with monkeypatch.context() as m:
+            m.setattr(detect, "_running_high", lambda col: np.full(len(col), -np.inf))
+            unguarded = detect.lift_alarms(t)
+        assert unguarded and unguarded[0].first_step > 1200, seed

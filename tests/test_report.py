@@ -183,6 +183,10 @@ def test_evidence_names_the_jump_shape_and_its_factor():
     d = "attn.D2.entropy2"
     assert data.evidence_monitor({"monitor": d, "test": "depth"}) == f"{d} (depth: score = fall factor)"
     assert data.evidence_monitor({"monitor": m, "test": "rise"}) == f"{m} (slow rise: score = factor)"
+    assert (
+        data.evidence_monitor({"monitor": m, "test": "lift"})
+        == f"{m} (lift off a held level: score = factor)"
+    )
     assert data.evidence_monitor({"monitor": d, "test": "fall"}) == f"{d} (slow fall: score = entropy drop)"
 
 
@@ -551,6 +555,26 @@ def test_step_summary_healthy():
 
 
 # --- the JSON schema ---------------------------------------------------------------------------------
+
+
+def test_a_lift_verdict_validates_and_reads_as_a_factor(tmp_path):
+    """A verdict the lift rule made (``detect.lift_alarms``, on the synthetic run of its test) put
+    in a summary validates against the schema (its ``test`` "lift" was missing there, and such a
+    stored result could not be opened again), and its evidence reads as a factor."""
+    from ckptscan.judge.verdict import judge
+    from ckptscan.store.timeline import Timeline
+    from tests.test_detect import _held_run
+
+    steps, s = _held_run(0)
+    factor = np.exp(np.log(2.0) * np.clip((steps - 405) / 60.0, 0.0, 1.0))
+    raised = {k: v * factor[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
+    v = judge(tmp_path, Timeline.from_arrays(steps, raised), [])["verdict"]
+    assert v["decision"] == "high_lr/lift"
+    res = make_result()
+    res.summary["verdict"] = json.loads(json.dumps(v))
+    assert validate(json.loads(json.dumps(res.summary))) == []
+    lifted = [e for e in v["evidence"] if e["test"] == "lift"]
+    assert lifted and all(data.score_text(e).startswith("x") for e in lifted)
 
 
 def test_schema_is_draft_2020_12_and_accepts_our_summaries():
@@ -1004,6 +1028,7 @@ def test_a_score_that_is_no_z_carries_its_unit():
     assert data.score_text({"score": 13.41, "test": "level"}) == "13.4"
     assert data.score_text({"score": 1.754, "test": "jump"}) == "x1.75"
     assert data.score_text({"score": 1.6, "test": "rise"}) == "x1.6"
+    assert data.score_text({"score": 1.9, "test": "lift"}) == "x1.9"
     assert data.score_text({"score": 29.5, "test": "depth"}) == "/29.5"
     assert data.score_text({"score": 0.1834, "test": "fall"}) == "-0.183"
     assert data.score_text({"score": None}) == "-" and data.score_text({"score": "n/a"}) == "n/a"

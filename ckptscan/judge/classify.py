@@ -76,8 +76,8 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     "high_lr/step-size": (57, 58),  # no collapse: the step size (or the second-order term) grew
     "high_lr/jump": (116, 126),  # no collapse: the whole model's step size jumped (``detect.jump_alarms``)
     "high_lr/rise": (4, 4),  # no collapse: the whole model's step size rose slowly (``detect.rise_alarms``)
-    # counted on holdout20 to holdout31, the parts the rule was chosen on (it came after the count above)
-    "high_lr/lift": (3, 3),  # no collapse: the step size rose off a level it held (``detect.lift_alarms``)
+    # no run of holdout20 to holdout31, the parts the rule was chosen on, took this path: 0.5
+    "high_lr/lift": (0, 0),  # no collapse: the step size rose off a level it held (``detect.lift_alarms``)
     "high_lr/step-size-first": (20, 22),  # the step size grew well before a collapse
     "high_lr/logits": (3, 6),  # no collapse, only attention logits grew
     "combined/together": (20, 24),  # a collapse with the step size growing in two or more series

@@ -1065,6 +1065,24 @@ LIFT_SPAN = 0.5  # the lift rule's level: the values from this share of the step
 #                  checkpoint to a third of that before it
 LIFT_HELD = 0.1  # ... where the later half of those values stood no more than this (log) over the
 #                  earlier half's (the median of each): a level held, not a warm-up still rising
+LIFT_HIGH = 0.1  # ... and where the values read stand this far (log) over the highest the step size
+#                  stood at before that window: a new high, not an LR cut and back, or a warm restart
+
+
+def _running_high(col: np.ndarray) -> np.ndarray:
+    """[N]: at each checkpoint i, the highest value ``col`` stood at before i, read over three
+    checkpoints (the highest median of three defined values in a row before i; -inf where none):
+    one noisy save does not make a high."""
+    high = np.full(len(col), -np.inf)
+    best = -np.inf
+    vals: list[float] = []
+    for i in range(len(col)):
+        high[i] = best
+        if np.isfinite(col[i]):
+            vals.append(float(col[i]))
+            if len(vals) >= 3:
+                best = max(best, float(np.median(vals[-3:])))
+    return high
 
 
 def _lift(col: np.ndarray, steps: np.ndarray, persist: int) -> np.ndarray:
@@ -1072,15 +1090,20 @@ def _lift(col: np.ndarray, steps: np.ndarray, persist: int) -> np.ndarray:
     values at i .. i + persist - 1 less the level it held before (the higher of the medians of the
     earlier and the later half of its defined values from ``LIFT_SPAN`` times step i to a third of
     that before i, three of them at least), where that level held (the later half's median no more
-    than ``LIFT_HELD`` over the earlier half's); NaN elsewhere.  No settling is needed: a warm-up
-    is still rising through that window, and a dip (a restart) is read against the higher half."""
+    than ``LIFT_HELD`` over the earlier half's) and those values stand at a new high (``LIFT_HIGH``
+    over the highest the series stood at before that window, ``_running_high``); NaN elsewhere.  No
+    settling is needed: a warm-up is still rising through that window; an LR cut and brought back,
+    or one that decayed and came back (a warm restart), returns to a level it had, not over it."""
     out = np.full(len(col), np.nan)
+    high = _running_high(col)
     for i in range(1, len(col) - persist + 1):
         now = col[i : i + persist]
         if not np.isfinite(now).all():
             continue
         span = LIFT_SPAN * float(steps[i])
         j0 = int(np.searchsorted(steps, steps[i] - span, side="left"))
+        if float(now.min()) < high[j0] + LIFT_HIGH:
+            continue
         j1 = int(np.searchsorted(steps, steps[i] - span / REFERENCE_NEAR, side="right"))
         vals = col[j0:j1][np.isfinite(col[j0:j1])]
         if len(vals) < 3:

@@ -345,7 +345,14 @@ def score_text(e: dict) -> str:
         v = f"{float(x):.3g}"
     except (TypeError, ValueError):
         return str(x)
-    marks = {"jump": f"x{v}", "rise": f"x{v}", "depth": f"/{v}", "fall": f"-{v}", "early-fall": f"/{v}"}
+    marks = {
+        "jump": f"x{v}",
+        "rise": f"x{v}",
+        "lift": f"x{v}",
+        "depth": f"/{v}",
+        "fall": f"-{v}",
+        "early-fall": f"/{v}",
+    }
     return marks.get(str(e.get("test")), v)
 
 
@@ -353,7 +360,8 @@ def evidence_monitor(e: dict) -> str:
     """The monitor an evidence item names; a step-size jump (``test`` "jump") says so, in which
     shape it was read, and that its score is the jump factor, not a z; a collapse read by its
     depth (``test`` "depth") that its score is the fall from the head's settled level; a slow rise
-    (``test`` "rise") that its score is the rise factor; a slow fall across the model (``test``
+    (``test`` "rise") that its score is the rise factor, and a lift off a held level (``test``
+    "lift") its lift factor; a slow fall across the model (``test``
     "fall") that its score is how far the layer's median D2 entropy fell (of 1); a fall before an
     unseen divergence (``test`` "early-fall") that its score is the fall factor."""
     m = str(e.get("monitor", ""))
@@ -361,6 +369,8 @@ def evidence_monitor(e: dict) -> str:
         return f"{m} (depth: score = fall factor)"
     if e.get("test") == "rise":
         return f"{m} (slow rise: score = factor)"
+    if e.get("test") == "lift":
+        return f"{m} (lift off a held level: score = factor)"
     if e.get("test") == "fall":
         return f"{m} (slow fall: score = entropy drop)"
     if e.get("test") == "early-fall":
