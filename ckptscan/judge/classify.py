@@ -90,6 +90,22 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
 }
 
 
+# how each whole-model step-size alarm (``detect`` test -> its reason's opening) reads in a verdict
+_WHOLE_MODEL = {
+    "jump": lambda factor, at: (
+        f"the step size jumped at step {at}, x{factor:.1f} or more over its level just before"
+    ),
+    # the default window (detect.Params.rise_near = 6); score.py --set rise_near=N does not reword it
+    "rise": lambda factor, at: (
+        f"the step size rose slowly to x{factor:.2f} or more over where it stood 1/3 to 2 settling "
+        f"times before, from step {at} on"
+    ),
+    "lift": lambda factor, at: (
+        f"the step size rose to x{factor:.2f} or more over a level it had held, from step {at} on"
+    ),
+}
+
+
 def confidence(path: str) -> float:
     """The share of verdicts taken along ``path`` that had the right class on the calibration runs
     (``CONFIDENCE``; ``LONE_PATH``'s on the parts it was chosen on), with one right and one wrong
@@ -579,49 +595,20 @@ def _signature(
     window = [a for a in alarms if a.index <= first.index + DECISION_WINDOW]
     lr = [a for a in window if a.role in LR_ROLES]
     layers = {a.layer for a in (lr or window)}
-    jumped = [a for a in lr if a.test == "jump"]
-    if jumped and min(a.index for a in jumped) == first.index:  # a jump among the first alarms
-        factor, at = min(a.score for a in jumped), min(a.first_step for a in jumped)
-        return (
-            "high_lr",
-            "high_lr/jump",
-            (
-                f"the step size jumped at step {at}, x{factor:.1f} or more over its level "
-                f"just before, in {len({a.layer for a in jumped})} of {n_layers} layer(s), the attention "
-                f"q/k updates and the output projections together, with no D2 entropy collapse first"
-            ),
-            window,
-            None,
-        )
-    rose = [a for a in lr if a.test == "rise"]
-    if rose and min(a.index for a in rose) == first.index:  # a slow rise among the first alarms
-        factor, at = min(a.score for a in rose), min(a.first_step for a in rose)
-        return (
-            "high_lr",
-            "high_lr/rise",
-            (
-                # the default window (detect.Params.rise_near = 6); score.py --set rise_near=N does not reword it
-                f"the step size rose slowly to x{factor:.2f} or more over where it stood 1/3 to 2 settling "
-                f"times before, from step {at} on, in {len({a.layer for a in rose})} of {n_layers} layer(s), the "
-                f"attention q/k updates and the output projections together, with no D2 entropy collapse first"
-            ),
-            window,
-            None,
-        )
-    lifted = [a for a in lr if a.test == "lift"]
-    if lifted and min(a.index for a in lifted) == first.index:  # a lift among the first alarms
-        factor, at = min(a.score for a in lifted), min(a.first_step for a in lifted)
-        return (
-            "high_lr",
-            "high_lr/lift",
-            (
-                f"the step size rose to x{factor:.2f} or more over a level it had held, from step {at} on, "
-                f"in {len({a.layer for a in lifted})} of {n_layers} layer(s), the attention q/k updates and "
-                f"the output projections together, with no D2 entropy collapse first"
-            ),
-            window,
-            None,
-        )
+    # a whole-model step-size alarm among the first alarms: a jump, else a slow rise, else a lift
+    for test in ("jump", "rise", "lift"):
+        hits = [a for a in lr if a.test == test]
+        if hits and min(a.index for a in hits) == first.index:
+            factor, at = min(a.score for a in hits), min(a.first_step for a in hits)
+            return (
+                "high_lr",
+                f"high_lr/{test}",
+                f"{_WHOLE_MODEL[test](factor, at)}, in {len({a.layer for a in hits})} of {n_layers} "
+                f"layer(s), the attention q/k updates and the output projections together, with no "
+                f"D2 entropy collapse first",
+                window,
+                None,
+            )
     if lr:
         return (
             "high_lr",

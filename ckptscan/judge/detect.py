@@ -1049,15 +1049,31 @@ def rise_alarms(
     if params.rise <= 0:
         return []
     rise, need = rise_levels(timeline, params, detectors, starts)
+    return _first_across(timeline, detectors, point_of, rise, need, params.rise, params.persist, "rise")
+
+
+def _first_across(
+    timeline,
+    detectors: Sequence[Detector],
+    point_of,
+    factors: np.ndarray,
+    need: int,
+    bar: float,
+    persist: int,
+    test: str,
+) -> list[Alarm]:
+    """The whole-model step-size alarms (``_step_alarms``) at the first checkpoint where ``need``
+    layers' log ``factors`` ([N, L], NaN: unread) reach ``bar`` (a factor), confirmed ``persist`` -
+    1 checkpoints later (the factors read the lowest of that many: all of them are there)."""
     with np.errstate(invalid="ignore"):
-        rose = rise >= np.log(params.rise)
-    n = len(rise)
-    for i in range(n):
-        if need == 0 or rose[i].sum() < need:
+        over = factors >= np.log(bar)
+    for i in range(len(factors)):
+        if need == 0 or over[i].sum() < need:
             continue
-        last = i + max(1, params.persist) - 1  # ``_slow_rise`` reads only where all of them are
-        layers = np.flatnonzero(rose[i]).tolist()
-        return _step_alarms(timeline, detectors, point_of, i, last, layers, rise[i], "rise")
+        layers = np.flatnonzero(over[i]).tolist()
+        return _step_alarms(
+            timeline, detectors, point_of, i, i + max(1, persist) - 1, layers, factors[i], test
+        )
     return []
 
 
@@ -1149,15 +1165,7 @@ def lift_alarms(
     if params.lift <= 0:
         return []
     lift, need = lift_levels(timeline, params, detectors)
-    with np.errstate(invalid="ignore"):
-        lifted = lift >= np.log(params.lift)
-    for i in range(len(lift)):
-        if need == 0 or lifted[i].sum() < need:
-            continue
-        last = i + max(1, params.persist) - 1  # ``_lift`` reads only where all of them are
-        layers = np.flatnonzero(lifted[i]).tolist()
-        return _step_alarms(timeline, detectors, point_of, i, last, layers, lift[i], "lift")
-    return []
+    return _first_across(timeline, detectors, point_of, lift, need, params.lift, params.persist, "lift")
 
 
 DEPTH_MONITOR = "attn.D2.entropy2"  # the spectral entropy (alpha 2) of D2, / log h
