@@ -2519,6 +2519,27 @@ def _held_run(seed, n=150, spacing=10, warmup=300, noise=0.03):
     return steps, s
 
 
+def _times(s, factor, names=_STEP_NAMES):
+    """``s`` with the update ratios of ``names`` multiplied by ``factor`` ([N], per checkpoint): an
+    LR schedule laid over the run's own."""
+    return {k: v * factor[:, None, None] if k in names else v for k, v in s.items()}
+
+
+LIFT_ONSET = 405
+
+
+def _lift_ramp(steps):
+    """An LR ramped up x2 over 60 steps from ``LIFT_ONSET``, then held: the factor per checkpoint."""
+    return np.exp(np.log(2.0) * np.clip((steps - LIFT_ONSET) / 60.0, 0.0, 1.0))
+
+
+def _lifted_run(seed):
+    """``_held_run`` and the same run with ``_lift_ramp`` in q, k and the output projections:
+    (steps, the run, the lifted run)."""
+    steps, s = _held_run(seed)
+    return steps, s, _times(s, _lift_ramp(steps))
+
+
 def test_lift_against_a_hand_computation():
     """At checkpoint i: the least of the next three values less the higher of the medians of the
     earlier and later half of the values from half of step i to a third of that before; read only
@@ -2571,11 +2592,9 @@ def test_a_step_size_lifted_off_its_level_before_any_settling_is_high_lr(tmp_pat
     lift rule reads the step size against the level it held (here 300-400) and dates it after the
     onset; without the fault, nothing; a restart (the LR to a tenth at step 700, warmed back over
     200 steps) comes back to its level and raises nothing either."""
-    onset = 405
+    onset = LIFT_ONSET
     for seed in range(4):
-        steps, s = _held_run(seed)
-        factor = np.exp(np.log(2.0) * np.clip((steps - onset) / 60.0, 0.0, 1.0))
-        raised = {k: v * factor[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
+        steps, s, raised = _lifted_run(seed)
         t = Timeline.from_arrays(steps, raised)
         old = judge(tmp_path, t, [], params=detect.Params(lift=0.0))["verdict"]
         assert old["fault_type"] == "inconclusive", (seed, old["fault_type"])
@@ -2590,13 +2609,9 @@ def test_a_step_size_lifted_off_its_level_before_any_settling_is_high_lr(tmp_pat
         calm = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
         assert not calm["anomalous"] and detect.lift_alarms(Timeline.from_arrays(steps, s)) == [], seed
         restart = np.interp(steps, [0, 700, 701, 900, 10**6], [1, 1, 0.1, 1, 1])
-        rewarmed = {k: v * restart[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
-        assert detect.lift_alarms(Timeline.from_arrays(steps, rewarmed)) == [], seed
+        assert detect.lift_alarms(Timeline.from_arrays(steps, _times(s, restart))) == [], seed
         # q and k alone (the low-precision fault's signature): the output projections did not move
-        qk = {
-            k: v * factor[:, None, None] if k.startswith("attn.") and k.endswith("update_ratio") else v
-            for k, v in s.items()
-        }
+        qk = _times(s, _lift_ramp(steps), ("attn.q.update_ratio", "attn.k.update_ratio"))
         assert detect.lift_alarms(Timeline.from_arrays(steps, qk)) == [], seed
 
 
@@ -2609,9 +2624,7 @@ def test_a_warm_restart_under_the_earlier_high_is_no_lift(monkeypatch):
     for seed in range(3):
         steps, s = _held_run(seed, n=200, warmup=100)
         sched = np.interp(steps, [0, 100, 900, 1200, 1201, 1300, 10**6], [1, 1, 0.1, 0.1, 0.1, 0.5, 0.5])
-        sched[steps <= 100] = 1.0  # the warm-up is _held_run's own
-        restarted = {k: v * sched[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
-        t = Timeline.from_arrays(steps, restarted)
+        t = Timeline.from_arrays(steps, _times(s, sched))  # the warm-up is _held_run's own
         assert detect.lift_alarms(t) == [], seed
         with monkeypatch.context() as m:
             m.setattr(detect, "_running_high", lambda col: np.full(len(col), -np.inf))

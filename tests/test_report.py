@@ -563,11 +563,9 @@ def test_a_lift_verdict_validates_and_reads_as_a_factor(tmp_path):
     stored result could not be opened again), and its evidence reads as a factor."""
     from ckptscan.judge.verdict import judge
     from ckptscan.store.timeline import Timeline
-    from tests.test_detect import _held_run
+    from tests.test_detect import _lifted_run
 
-    steps, s = _held_run(0)
-    factor = np.exp(np.log(2.0) * np.clip((steps - 405) / 60.0, 0.0, 1.0))
-    raised = {k: v * factor[:, None, None] if k.endswith("update_ratio") else v for k, v in s.items()}
+    steps, _, raised = _lifted_run(0)
     v = judge(tmp_path, Timeline.from_arrays(steps, raised), [])["verdict"]
     assert v["decision"] == "high_lr/lift"
     res = make_result()

@@ -37,22 +37,12 @@ def largest_fall(result, since: int | None = None) -> tuple[float, int | None]:
     from ckptscan.judge import detect
 
     tl = result.timeline
-    steps = np.asarray(tl.steps)
     div = (result.summary.get("loss") or {}).get("divergence_step")
-    end = len(steps) if div is None else int(np.searchsorted(steps, div))
-    end -= (
-        detect.Params().persist - 1
-    )  # a fall at i reads the checkpoints i .. i + persist - 1: all before it
-    begin = 0 if since is None else int(np.searchsorted(steps, since))
     best: tuple[float, int | None] = (-np.inf, None)
     for _, fall, need in detect.fall_levels(tl, starts=detect.examined_from(tl)[0]):
-        if need == 0 or end <= begin:
-            continue
-        read = np.where(np.isnan(fall[begin:end]), -np.inf, fall[begin:end])
-        at_need = np.sort(read, axis=1)[:, ::-1][:, need - 1]  # the need-th largest layer fall
-        i = int(np.argmax(at_need))
-        if at_need[i] > best[0]:
-            best = (float(at_need[i]), int(steps[begin + i]))
+        here = margin_cli.largest_at_need(fall, need, tl.steps, div, since)
+        if here[0] > best[0]:
+            best = here
     return best
 
 

@@ -34,16 +34,8 @@ def largest_lift(result, since: int | None = None) -> float:
 
     tl = result.timeline
     lift, need = detect.lift_levels(tl)
-    steps = np.asarray(tl.steps)
     div = (result.summary.get("loss") or {}).get("divergence_step")
-    end = len(steps) if div is None else int(np.searchsorted(steps, div))
-    end -= 2  # a lift at i reads the checkpoints i .. i + 2 (``Params.persist``): all before it
-    start = 0 if since is None else int(np.searchsorted(steps, since))
-    if need == 0 or end <= start:
-        return 1.0
-    read = np.where(np.isnan(lift[start:end]), -np.inf, lift[start:end])
-    at_need = np.sort(read, axis=1)[:, ::-1][:, need - 1]  # the need-th largest layer lift
-    best = float(np.max(at_need))
+    best, _ = margin_cli.largest_at_need(lift, need, tl.steps, div, since)
     return float(np.exp(best)) if np.isfinite(best) else 1.0
 
 

@@ -1,10 +1,13 @@
 """What the corpus margin scripts (``*_margin.py``) share: the command line that names the analysis
-roots they read (each with the ``eval.json`` rows ``score.py`` writes beside its runs)."""
+roots they read (each with the ``eval.json`` rows ``score.py`` writes beside its runs), and the
+reading of a whole-model rule's levels at the layer count it needs."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+import numpy as np
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
@@ -14,3 +17,24 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     ap.add_argument("--ana", type=Path, nargs="+", required=True, help="analysis roots (with eval.json)")
     ap.add_argument("--eval", default="eval.json", help="the rows file in each root")
     return ap
+
+
+def largest_at_need(
+    levels: np.ndarray, need: int, steps, divergence: int | None, since: int | None = None
+) -> tuple[float, int | None]:
+    """The largest reading of a whole-model rule (``levels`` [N, L], per checkpoint and layer, NaN:
+    unread; the rule fires where ``need`` layers reach its bar) at its ``need``-th largest layer,
+    from step ``since`` on, where the ``Params.persist`` checkpoints the reading covers all lie
+    before the ``divergence`` step; and the step it was read at ((-inf, None): none read)."""
+    from ckptscan.judge import detect
+
+    steps = np.asarray(steps)
+    end = len(steps) if divergence is None else int(np.searchsorted(steps, divergence))
+    end -= detect.Params().persist - 1  # a reading at i covers i .. i + persist - 1: all before it
+    begin = 0 if since is None else int(np.searchsorted(steps, since))
+    if need == 0 or end <= begin:
+        return -np.inf, None
+    read = np.where(np.isnan(levels[begin:end]), -np.inf, levels[begin:end])
+    at_need = np.sort(read, axis=1)[:, ::-1][:, need - 1]  # the need-th largest layer reading
+    i = int(np.argmax(at_need))
+    return float(at_need[i]), (int(steps[begin + i]) if np.isfinite(at_need[i]) else None)

@@ -34,15 +34,8 @@ def largest_rise(result) -> float:
 
     tl = result.timeline
     rise, need = detect.rise_levels(tl, starts=detect.examined_from(tl)[0])
-    steps = np.asarray(tl.steps)
     div = (result.summary.get("loss") or {}).get("divergence_step")
-    end = len(steps) if div is None else int(np.searchsorted(steps, div))
-    end -= 2  # a rise at i reads the checkpoints i .. i + 2 (``Params.persist``): all before it
-    if need == 0 or end <= 0:
-        return 1.0
-    read = np.where(np.isnan(rise[:end]), -np.inf, rise[:end])
-    at_need = np.sort(read, axis=1)[:, ::-1][:, need - 1]  # the need-th largest layer rise
-    best = float(np.max(at_need))
+    best, _ = margin_cli.largest_at_need(rise, need, tl.steps, div)
     return float(np.exp(best)) if np.isfinite(best) else 1.0
 
 

@@ -63,11 +63,12 @@ def rows_for(
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise SystemExit("two runs share a folder name; score the parts separately")
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        todo = [] if stored else [(str(r), str(out / r.name)) for r in runs]
-        for run, status in zip(runs, pool.map(_analyze, todo), strict=False):
-            if status not in ("ok", "cached"):
-                print(f"{run.name}: {status}", file=sys.stderr)
+    if not stored:  # with ``stored`` nothing is analysed: the rows come from the stored results
+        with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+            todo = [(str(r), str(out / r.name)) for r in runs]
+            for run, status in zip(runs, pool.map(_analyze, todo), strict=False):
+                if status not in ("ok", "cached"):
+                    print(f"{run.name}: {status}", file=sys.stderr)
     pairs = []
     for d in runs_dirs:
         for row in evaluate.evaluate(

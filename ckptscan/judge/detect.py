@@ -66,6 +66,12 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    after it, which can stand above where it goes on): the low-precision fault can wear every head
    down a little per save without collapsing any (a model whose q/k pass through a norm), under
    the level test's window and far from 6.'s depth.
+9. *A step size lifted off a level it held* (``lift_alarms``), on the checkpoints, with or without
+   a settling: the attention step size *and* the output projections' ``lift`` times over the level
+   they held from half the steps so far to a third of that before (``LIFT_HELD``), and over the
+   highest they stood at before that (``LIFT_HIGH``), ``persist`` checkpoints in a row, in three
+   quarters of the layers: an LR raised soon after the warm-up on a run whose step size holds level
+   keeps the layers from settling in time for 2.-4. and 7.
 
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
@@ -1728,8 +1734,9 @@ def run_detection(
 ) -> Detection:
     """Every sustained alarm in ``timeline`` (one per scored column at most; the jump rule's,
     one per layer that jumped: ``jump_alarms``; the depth rule's, one per head: ``depth_alarms``;
-    the rise rule's, one per layer that rose: ``rise_alarms``; the fall rule's, one per layer that
-    fell: ``fall_alarms``), earliest first.
+    the rise rule's, one per layer that rose: ``rise_alarms``; the lift rule's, one per layer
+    lifted: ``lift_alarms``; the fall rule's, one per layer that fell: ``fall_alarms``), earliest
+    first.
 
     Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
