@@ -1436,6 +1436,33 @@ def test_a_rise_over_a_few_saves_is_read_below_x1_5(tmp_path):
         assert judge(tmp_path, calm, [])["verdict"]["fault_type"] == "healthy", seed
 
 
+def test_a_jump_under_the_jump_bar_then_a_slow_growth_is_a_rise(tmp_path):
+    """Saves every 10 steps, the run settled at 400-440: at step 1005 the LR jumps x1.45 (under the
+    jump rule's x1.6) and then grows e^0.5 per 1000 steps, in q, k and the output projections.  The
+    step size had been falling, so what stands over its level two settling times back stays smaller
+    than the one save interval that carried the jump: the gradual guard as it was until the
+    ``holdout33`` freeze (``Params.rise_gradual`` 1.0: no interval may carry more than the whole
+    rise) read no rise, and the run was called healthy (a Lightning Mixtral combined run of
+    ``holdout32``: the LR doubled, x1.4 at the save after it, then grew).  One interval may now
+    carry up to x1.5 what stands: ``high_lr/rise``, after the onset."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        s = _lr_growth(s, steps, 1005, 0.5)
+        for name in _STEP_NAMES:
+            s[name][100:] *= 1.45  # from step 1010
+        t = Timeline.from_arrays(steps, s)
+        assert detect.jump_alarms(t) == [], seed
+        old = judge(tmp_path, t, [], params=detect.Params(rise_gradual=1.0))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert v["decision"] == "high_lr/rise" and 1010 <= v["earliest_step"] <= 1300, (seed, v)
+        # at the alarm the rise stands over the bar in both layers, and the old guard read nothing
+        i = int(np.flatnonzero(steps == v["earliest_step"])[0])
+        now, _ = detect.rise_levels(t)
+        before, _ = detect.rise_levels(t, detect.Params(rise_gradual=1.0))
+        assert (now[i] >= np.log(detect.Params().rise)).all() and np.isnan(before[i]).all(), seed
+
+
 def test_a_jump_after_settling_is_read_against_the_settled_level_not_the_warm_up_peak(tmp_path):
     """Saves every 250 steps: the warm-up's step size peaks at step 500, x2.5 over the run's, and the
     layers settle at step 750 (half that peak); then the LR ramps: x2.4 at step 1000, x4 from 1250
@@ -1452,7 +1479,7 @@ def test_a_jump_after_settling_is_read_against_the_settled_level_not_the_warm_up
             s[name][4:] *= 4.0
         t = Timeline.from_arrays(steps, s)
         assert detect.layer_starts(t).tolist() == [2, 2], seed  # settled at step 750
-        old = judge(tmp_path, t, [], params=detect.Params(level_settled=False))["verdict"]
+        old = judge(tmp_path, t, [], params=detect.Params(level_settled=False, rise_gradual=1.0))["verdict"]
         assert old["fault_type"] == "healthy", (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
         assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", 1000), seed
@@ -1541,10 +1568,12 @@ def test_slow_rise_against_a_direct_reading():
 def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
     """What the rise rule must not read: the healthy run (its step size falls after settling); a
     restart (the LR falls to 0.4 of where it was and warms up again, over 30 checkpoints, to twice
-    that; read without the restart guard it is a rise: every interval of the warm-up is small); an
-    LR that jumps x2.5 at one checkpoint and stays (the jump rule's: one save interval carries the
-    whole rise; read without the gradual guard it is a rise, and so it was with the checkpoint at
-    the jump unread, where the guard skipped both intervals next to the undefined value); the q/k
+    that; read without the restart guard it is a rise: every interval of the warm-up is small); a
+    step size that jumps x2.5 at one checkpoint and falls back to x1.6 (one save interval carried
+    more than ``Params.rise_gradual`` times what stands; read without the gradual guard it is a
+    rise, and so it was with the checkpoint at the jump unread, where the guard skipped both
+    intervals next to the undefined value; one that stays at x2.5 is read, as the jump rule reads
+    it, since the ``holdout33`` freeze); the q/k
     updates rising with the output projections calm (a collapsing layer's own update under the
     low-precision fault); one layer's updates rising alone; and a run without output projections."""
     for seed in range(4):
@@ -1562,12 +1591,23 @@ def test_no_slow_rise_from_a_restart_a_jump_or_part_of_the_model(monkeypatch):
             assert detect.rise_alarms(Timeline.from_arrays(steps, restart)), seed
         jump = {k: v.copy() for k, v in s.items()}
         for name in _STEP_NAMES:
-            jump[name][100:] *= 2.5
+            jump[name][100] *= 2.5
+            jump[name][101:] *= 1.6  # it fell back most of the way
         assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed
         assert detect.rise_alarms(Timeline.from_arrays(steps, jump), detect.Params(rise_gradual=1e9)), seed
         for name in _STEP_NAMES:
             jump[name][100] = np.nan  # an unread checkpoint at the jump does not hide it
+            jump[name][101] *= 2.5 / 1.6
         assert detect.rise_alarms(Timeline.from_arrays(steps, jump)) == [], seed
+        # a jump that stays: the rise rule reads it too (since the holdout33 freeze), at the
+        # checkpoint where the jump rule does, which the classifier reads first (high_lr/jump)
+        stays = {k: v.copy() for k, v in s.items()}
+        for name in _STEP_NAMES:
+            stays[name][100:] *= 2.5
+        t = Timeline.from_arrays(steps, stays)
+        assert detect.rise_alarms(t, detect.Params(rise_gradual=1.0)) == [], seed
+        rises, jumps = detect.rise_alarms(t), detect.jump_alarms(t)
+        assert rises and jumps and rises[0].first_step == jumps[0].first_step == steps[100], seed
         qk = _lr_growth(s, steps, 805, 3.0, names=_STEP_NAMES[:2])
         assert detect.rise_alarms(Timeline.from_arrays(steps, qk)) == [], seed
         lone = _lr_growth(s, steps, 805, 3.0, layers=slice(1, 2))
@@ -1767,14 +1807,14 @@ def test_no_slow_fall_from_one_layer_one_head_a_shallow_fall_or_a_dip():
         assert detect.fall_alarms(Timeline.from_arrays(steps, dip)), seed
 
 
-def _collapse_with_projections_up(seed, factor=1.6, layers=slice(None), start=80, over=21):
-    """Saves every 10 steps: two heads of layer 1 collapse at checkpoint 100 (D2 entropy 0.1);
+def _collapse_with_projections_up(seed, factor=1.6, layers=slice(None), start=80, over=21, at=100, **kw):
+    """Saves every 10 steps: two heads of layer 1 collapse at checkpoint ``at`` (D2 entropy 0.1);
     from checkpoint ``start`` on, over ``over`` checkpoints, the output projections' update ratios
     of ``layers`` rise gradually to x``factor`` their course and stay there, the q/k updates as they
     were (an LR that grew as the attention fault set in: the projections show it; no step-size rule
     reads it)."""
-    steps, s = _fine_run_with_projections(seed)
-    s["attn.D2.entropy2"][100:, 1, :2] = 0.1
+    steps, s = _fine_run_with_projections(seed, **kw)
+    s["attn.D2.entropy2"][at:, 1, :2] = 0.1
     ramp = np.ones(len(steps))
     ramp[start : start + over] = np.geomspace(1.0, factor, over)
     ramp[start + over :] = factor
@@ -1810,13 +1850,40 @@ def test_a_collapse_with_the_projections_over_their_earlier_level_is_combined(tm
             col = np.log(s["out.update_ratio"][:, layer, 0])
             sel = (
                 (steps >= steps[i] - span)
-                & (steps <= steps[i] - span / 3)
+                & (steps <= steps[i] - span / detect.Params().proj_near)
                 & (np.arange(len(steps)) >= starts[layer])
             )
             by_hand.append(col[i] - np.median(col[sel]))
         pr = cast(detect.ModelJump, det.proj_rise)
         np.testing.assert_allclose(np.log(pr.factor[i]), min(by_hand), rtol=1e-5)  # both layers: the smaller
         assert pr.factor[i] >= classify.PROJ_RISE, seed
+
+
+def test_a_collapse_soon_after_settling_reads_the_projections_against_a_nearer_level(tmp_path):
+    """The layers settle at step 400-440 (saves every 10); two heads of layer 1 collapse at step
+    630 (to 0.03, the depth rule's: read at once), the output projections' update ratios having
+    risen to x1.6 over the 14 saves before it,
+    the q/k updates calm (a Lightning Mixtral combined run of ``holdout32``: the LR doubled, then
+    grew).  Read against their level from two settling times to a third of that before (until the
+    ``holdout33`` freeze: ``Params.proj_near`` 3), that window ends before the layers settled:
+    nothing read, ``lowprec_attention``.  To a sixth of it (``proj_near`` 6, the rise rule's own
+    window) it holds their first settled values: ``combined/projections-up``, dated as the collapse
+    was."""
+    for seed in range(4):
+        steps, s = _collapse_with_projections_up(seed, start=48, over=14, at=62)
+        s["attn.D2.entropy2"][62:, 1, :2] = 0.03
+        t = Timeline.from_arrays(steps, s)
+        assert steps[detect.layer_starts(t)].max() <= 440, seed
+        old = judge(tmp_path, t, [], params=detect.Params(proj_near=3.0))["verdict"]
+        assert (old["fault_type"], old["decision"]) == ("lowprec_attention", "lowprec_attention"), seed
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("combined", "combined/projections-up"), seed
+        assert v["earliest_step"] == old["earliest_step"] == 630, seed
+        assert not [a for a in detect.detect(t) if a.role == "step_size"], seed
+        steps, calm = _collapse_with_projections_up(seed, factor=1.0, at=62)
+        calm["attn.D2.entropy2"][62:, 1, :2] = 0.03
+        v = judge(tmp_path, Timeline.from_arrays(steps, calm), [])["verdict"]
+        assert v["decision"] == "lowprec_attention", seed
 
 
 def test_projections_over_counts_the_layers_of_the_model():

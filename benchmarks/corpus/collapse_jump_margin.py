@@ -15,7 +15,7 @@ it): these are the runs the reading is taken on, not those it changes. Default `
 ``score.py`` analyses with). Reads only the stored timelines.
 
 ``--reading projections``: the same for the ``combined/projections-up`` path
-(``classify.PROJ_RISE``): the output projections' step size over where it stood 2/3 to 2 settling
+(``classify.PROJ_RISE``): the output projections' step size over where it stood 1/3 to 2 settling
 times before, across the model (``detect.projections_rise``), read at the same checkpoints.
 """
 

@@ -46,7 +46,7 @@ DECISION_WINDOW = 2  # points (checkpoints, or blocks of them) within which alar
 # settled, counted from step 0): a step size whose alarm triggered no longer than this before a
 # collapse's grew with it (``combined``), however many points lie between them
 STEP_FIRST_SPAN = 1.0
-# a collapse with the output projections' step size this far over where it stood 2/3 to 2
+# a collapse with the output projections' step size this far over where it stood 1/3 to 2
 # settling times before, across the model (``detect.projections_rise``): the LR grew with it
 PROJ_RISE = 1.25
 
@@ -145,7 +145,7 @@ def classify(
     nothing to read).  ``divergence``: the step at which the training loss diverged, as
     ``verdict.unseen_divergence`` reads it (None: it did not, there is no log, or it does not
     apply): a run whose loss diverged is never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``).
-    ``proj_rise``: per checkpoint, the output projections' step size over where it stood 2/3 to 2
+    ``proj_rise``: per checkpoint, the output projections' step size over where it stood 1/3 to 2
     settling times before, across the model (``detect.projections_rise``; NaN unread or at/after
     the divergence; None: nothing to read)."""
     verdict = _verdict(
@@ -462,7 +462,7 @@ def _signature(
       ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
       jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
       collapse or within the window before it (``model_jump``): ``combined/jump``; else, where
-      the output projections' step size stood x``PROJ_RISE`` over where it was 2/3 to 2 settling
+      the output projections' step size stood x``PROJ_RISE`` over where it was 1/3 to 2 settling
       times before, across the model, at one of those checkpoints (``proj_rise``):
       ``combined/projections-up``; else ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
@@ -556,7 +556,7 @@ def _signature(
                 "combined/projections-up",
                 (
                     f"D2 spectral entropy {where}, and at step {at}, with it or just before, the output "
-                    f"projections' step size stood x{factor:.1f} over where it was 2/3 to 2 settling times "
+                    f"projections' step size stood x{factor:.1f} over where it was 1/3 to 2 settling times "
                     f"before, across the model (a step size the low-precision fault cannot make; after "
                     f"the run settles it falls or holds)"
                 ),

@@ -159,8 +159,9 @@ class Params:
     #                    1.5: the rules before)
     rise_near: float = 6.0  # ... that reference window ending RISE_SPAN / this settling times before the
     #                         point read (3: the rules before, 2/3): a fast growth is read sooner
-    rise_gradual: float = 1.0  # ... and no one save interval carried more than this share of the rise (a
-    #                            jump is the jump rule's; 0.5 with rise 1.5: the rules before)
+    rise_gradual: float = 1.5  # ... and no one save interval carried more than this share of the rise (a
+    #                            jump that fell back most of the way is no rise; 1.0 until the holdout33
+    #                            freeze, 0.5 with rise 1.5 before that)
     asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.07  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
@@ -173,6 +174,9 @@ class Params:
     #                          level at the settling, at two checkpoints in a row (0: off, the rules before)
     lift: float = 1.75  # a step size lifted off a level it held (``lift_alarms``): the whole model's
     #                     step size x this over that level, read with or without a settling (0: off)
+    proj_near: float = 6.0  # the output projections' rise at a collapse (``projections_rise``, evidence
+    #                         for the classifier) is read against their level from ``RISE_SPAN`` settling
+    #                         times to 1/this of that before (3: until the holdout33 freeze)
 
 
 @dataclass
@@ -950,9 +954,10 @@ def _reference_windows(
 ):
     """The slow rules' readings of ``col``: per checkpoint i from ``s0`` on whose values at
     i .. i + persist - 1 are all defined and whose reference window (from ``span`` to ``span`` /
-    ``near`` steps before i (the fall rule and ``projections_over``: ``REFERENCE_NEAR``; the rise
-    rule: ``Params.rise_near``), from ``s0`` on; steps ascend) holds two defined values at least, yields (i,
-    those values, the reference's median, the index the window starts at).  ``whole``: only where
+    ``near`` steps before i (the fall rule: ``REFERENCE_NEAR``; the rise rule: ``Params.rise_near``;
+    ``projections_over``: ``Params.proj_near``), from ``s0`` on; steps ascend) holds two defined
+    values at least, yields (i, those values, the reference's median, the index the window starts
+    at).  ``whole``: only where
     the window lies wholly at or after ``s0`` (``span`` steps before i at or after its step)."""
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
@@ -1192,10 +1197,12 @@ def _slow_fall(
     return out
 
 
-def projections_over(go: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> np.ndarray:
+def projections_over(
+    go: np.ndarray, steps: np.ndarray, starts: np.ndarray, near: float = Params.proj_near
+) -> np.ndarray:
     """[N]: per checkpoint, the log factor by which the output projections' step size (``go``,
-    [N, L] log) stands above its level ``RISE_SPAN`` settling times to a third of that before (the
-    median there, once the layer settled: ``_slow_fall`` read upside down, one checkpoint), the
+    [N, L] log) stands above its level ``RISE_SPAN`` settling times to 1/``near`` of that before
+    (``Params.proj_near``; the median there, once the layer settled, one checkpoint), the
     factor that ``_layers_needed`` of the layers with a projection reach (counted over the model,
     as the rise rule counts: a layer not settled yet, or with no reference yet, reads nothing and
     counts against); NaN where fewer are read."""
@@ -1210,7 +1217,8 @@ def projections_over(go: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> n
     with_proj = np.flatnonzero(np.isfinite(go).any(axis=0)).tolist()
     for layer in with_proj:
         s0 = int(starts[layer]) if layer < len(starts) else n
-        up[:, layer] = _slow_fall(-go[:, layer], steps, s0, span, 1)  # the value less its reference
+        for i, now, ref, _ in _reference_windows(go[:, layer], steps, s0, span, 1, near):
+            up[i, layer] = float(now[0]) - ref  # the value less its reference
     need = _layers_needed(len(with_proj))
     for i in range(n):
         f = np.sort(up[i][np.isfinite(up[i])])[::-1]
@@ -1220,10 +1228,15 @@ def projections_over(go: np.ndarray, steps: np.ndarray, starts: np.ndarray) -> n
 
 
 def projections_rise(
-    timeline, point_of=None, detectors: Sequence[Detector] = DETECTORS, starts: np.ndarray | None = None
+    timeline,
+    point_of=None,
+    detectors: Sequence[Detector] = DETECTORS,
+    starts: np.ndarray | None = None,
+    near: float = Params.proj_near,
 ) -> ModelJump | None:
     """Per checkpoint, the factor by which the output projections' step size stands above where it
-    stood 2/3 to 2 settling times before, across the model (``projections_over``); NaN where not
+    stood 1/``near`` (``Params.proj_near``) to 2 settling times before, across the model
+    (``projections_over``); NaN where not
     read; None where the layout names no output projection.  Evidence for the classifier, never an
     alarm: after the run settles, a healthy run's step size falls or holds, and the low-precision
     fault leaves the projections alone, so projections above their earlier level at a collapse are
@@ -1236,7 +1249,7 @@ def projections_rise(
     if starts is None:
         starts = layer_starts(timeline, detectors=detectors)
     point = np.arange(n) if point_of is None else np.asarray(point_of)
-    return ModelJump(np.exp(projections_over(go, steps, starts)), steps, point)
+    return ModelJump(np.exp(projections_over(go, steps, starts, near)), steps, point)
 
 
 def fall_levels(
@@ -1643,7 +1656,7 @@ class Detection:
     uncounted: list[Alarm] = dataclasses.field(default_factory=list)
     # per checkpoint, the one-checkpoint whole-model step-size jump (``model_jump``); None: unread
     model_jump: ModelJump | None = None
-    # per checkpoint, the output projections' step size over its level 2/3 to 2 settling times
+    # per checkpoint, the output projections' step size over its level 1/3 to 2 settling times
     # before, across the model (``projections_rise``); None: unread
     proj_rise: ModelJump | None = None
     # the alarms set aside because their layer (head) was ``dormant`` at their trigger point
@@ -1855,7 +1868,9 @@ def run_detection(
         _proj_broad(cols, params) if reference is None else None,  # its own history only
         uncounted,
         model_jump(fine, block, detectors) if reference is None else None,
-        projections_rise(fine, block, detectors, fine_starts) if reference is None else None,
+        projections_rise(fine, block, detectors, fine_starts, params.proj_near)
+        if reference is None
+        else None,
         asleep,
     )
 
