@@ -1807,13 +1807,13 @@ def test_no_slow_fall_from_one_layer_one_head_a_shallow_fall_or_a_dip():
         assert detect.fall_alarms(Timeline.from_arrays(steps, dip)), seed
 
 
-def _collapse_with_projections_up(seed, factor=1.6, layers=slice(None), start=80, over=21, at=100, **kw):
+def _collapse_with_projections_up(seed, factor=1.6, layers=slice(None), start=80, over=21, at=100):
     """Saves every 10 steps: two heads of layer 1 collapse at checkpoint ``at`` (D2 entropy 0.1);
     from checkpoint ``start`` on, over ``over`` checkpoints, the output projections' update ratios
     of ``layers`` rise gradually to x``factor`` their course and stay there, the q/k updates as they
     were (an LR that grew as the attention fault set in: the projections show it; no step-size rule
     reads it)."""
-    steps, s = _fine_run_with_projections(seed, **kw)
+    steps, s = _fine_run_with_projections(seed)
     s["attn.D2.entropy2"][at:, 1, :2] = 0.1
     ramp = np.ones(len(steps))
     ramp[start : start + over] = np.geomspace(1.0, factor, over)

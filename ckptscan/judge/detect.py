@@ -53,8 +53,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 7. *A slow step-size rise across the model* (``rise_alarms``), on the checkpoints: the attention
    step size *and* the output projections' ``rise`` times above their level 1/3 to 2 settling
    times before (the median there; ``rise_near``), ``persist`` checkpoints in a row, in three
-   quarters of the layers, where no one save interval carried more than ``rise_gradual`` of the
-   rise (the whole of it: a jump is 5.'s) and
+   quarters of the layers, where no one save interval carried more than ``rise_gradual`` (x1.5)
+   of the rise (a jump that fell back most of the way is none; one that stays is 5.'s too) and
    no restart (a dip) came before it: an LR that grows exponentially moves a few percent per save,
    under the rate test's floor, and may stay under the settled high that 5. and the shift test ask
    for.
@@ -940,7 +940,7 @@ def _reference_span(steps: np.ndarray, settled: list[int]) -> float:
 
 
 REFERENCE_NEAR = 3.0  # the slow rules' reference window ends span / this before the point (the rise
-#                       rule's: ``Params.rise_near``)
+#                       rule's: ``Params.rise_near``; the projections' at a collapse: ``Params.proj_near``)
 
 
 def _reference_windows(
