@@ -1267,6 +1267,56 @@ def test_a_fall_before_an_unseen_divergence_dates_the_fault(tmp_path):
     assert judge(loud, tl(dip), [])["verdict"]["decision"] == classify.LOSS_DIVERGED
 
 
+def test_an_early_fall_is_read_from_the_warm_ups_end_when_the_settling_comes_late(tmp_path):
+    """Saves every 10 steps, a 100-step warm-up: the step size peaks at step 100 and falls as the
+    weights grow; the layers settle at step 400 (four times the peak's age), and the loss diverges
+    at step 390, before that.  Layer 1's median D2 entropy falls from 0.65 to 0.15 at step 300.
+    Read from the settling on (until the ``holdout34`` freeze, ``Params.early_from_peak`` 0) the
+    early-fall rule has nothing before the divergence: ``unknown/loss-diverged``.  Its level is now
+    read from the first checkpoint at which a layer's step size stood x0.75 under its running high
+    (the warm-up's peak passed; about step 260 here, ``peak_passed``): the fall dates the fault at 300,
+    ``lowprec_attention`` (a fault that holds the settling off, an LR raised right after the
+    warm-up, is the case it is for).  Without the fall, nothing is read there."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        t0 = Timeline.from_arrays(steps, s)
+        assert steps[detect.layer_starts(t0)].min() == 400, seed
+        g = detect.step_size(t0)
+        assert 230 <= steps[detect.peak_passed(g, 0.75)] <= 280, seed
+        fell = {k: v.copy() for k, v in s.items()}
+        fell["attn.D2.entropy2"][29:, 1, :] = 0.15  # from step 300
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        _diverging_log(run, 390, last=1500)
+        old = judge(run, Timeline.from_arrays(steps, fell), [], params=detect.Params(early_from_peak=0.0))
+        assert old["verdict"]["decision"] == classify.LOSS_DIVERGED, (seed, old["verdict"]["decision"])
+        v = judge(run, Timeline.from_arrays(steps, fell), [])["verdict"]
+        assert (v["fault_type"], v["earliest_step"]) == ("lowprec_attention", 300), (seed, v["decision"])
+        assert any(e.get("test") == "early-fall" for e in v["evidence"]), seed
+        calm = judge(run, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert calm["decision"] == classify.LOSS_DIVERGED, (seed, calm["decision"])
+
+
+def test_peak_passed_against_a_direct_reading():
+    """``peak_passed``: the first index at which some layer's value stands at or under its running
+    high (over its earlier defined values) plus log(share), from its third defined value on."""
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        n, n_layers = int(rng.integers(5, 40)), int(rng.integers(1, 4))
+        g = np.cumsum(rng.normal(0, 0.2, (n, n_layers)), axis=0)
+        g[rng.random(g.shape) < 0.1] = np.nan
+        share = float(rng.uniform(0.5, 0.95))
+        want = n
+        for layer in range(n_layers):
+            vals = [(i, g[i, layer]) for i in range(n) if np.isfinite(g[i, layer])]
+            for k in range(2, len(vals)):
+                i, v = vals[k]
+                if v <= max(x for _, x in vals[:k]) + np.log(share):
+                    want = min(want, i)
+                    break
+        assert detect.peak_passed(g, share) == want, trial
+
+
 def test_a_loss_that_diverged_unseen_is_unknown_never_healthy(tmp_path):
     """The monitors stay calm, and the training loss climbs 2 nats above its best at step 1500 (a
     fault the monitors do not read, or one that began before the run settled).  The old rules

@@ -172,6 +172,10 @@ class Params:
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
     #                          level at the settling, at two checkpoints in a row (0: off, the rules before)
+    early_from_peak: float = 0.75  # ... that level read from the first checkpoint at which a layer's
+    #                                step size stood x this under its running high (the warm-up's peak
+    #                                passed, ``peak_passed``), where that comes before the settling (0:
+    #                                from the settling, until the holdout34 freeze)
     lift: float = 1.75  # a step size lifted off a level it held (``lift_alarms``): the whole model's
     #                     step size x this over that level, read with or without a settling (0: off)
     proj_near: float = 6.0  # the output projections' rise at a collapse (``projections_rise``, evidence
@@ -1461,7 +1465,9 @@ def early_fall_alarms(
 ) -> list[Alarm]:
     """A collapse before the loss diverged, in a run whose first examined checkpoint came at or
     after the divergence (``judge`` calls it only then: the per-series tests had no baseline yet).
-    From the run's settling (the earliest layer's, ``starts``) up to the divergence step, the first
+    From the run's settling (the earliest layer's, ``starts``; or, with ``params.early_from_peak``,
+    the first checkpoint at which a layer's step size had passed its warm-up's peak, where that came
+    earlier: ``peak_passed``) up to the divergence step, the first
     checkpoint at which a layer's median over its heads of ``DEPTH_MONITOR`` stands under
     ``params.early_fall`` of its level at the settling (the median of the ``EARLY_FALL_REF``
     checkpoints up to and including it), there and at the next checkpoint before the divergence
@@ -1476,6 +1482,8 @@ def early_fall_alarms(
         return []
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     s0 = int(np.min(starts)) if len(starts) else len(timeline.steps)
+    if params.early_from_peak > 0:
+        s0 = min(s0, peak_passed(step_size(timeline, detectors), params.early_from_peak))
     if det is None or s0 >= len(timeline.steps):
         return []
     found = [
@@ -1483,6 +1491,29 @@ def early_fall_alarms(
     ]
     found = [f for f in found if f]
     return min(found, key=lambda f: f[0].first_step) if found else []
+
+
+def peak_passed(g: np.ndarray, share: float) -> int:
+    """The first checkpoint index at which some layer's step size (``g``, [N, L] log) stands
+    ``share`` times (or less) its running high (the highest of its defined values before; from its
+    third defined value on): the warm-up's peak has passed.  N where none does.  A fault that
+    keeps the step size up right after the warm-up (an LR raised there) holds the settling off,
+    and a layer settles only at half its peak or four times its peak's age (``layer_starts``);
+    the warm-up's end comes before that."""
+    n = g.shape[0]
+    first = n
+    for layer in range(g.shape[1]):
+        high, seen = -np.inf, 0
+        for i in range(min(n, first)):
+            v = g[i, layer]
+            if not np.isfinite(v):
+                continue
+            seen += 1
+            if seen >= 3 and v <= high + np.log(share):
+                first = i
+                break
+            high = max(high, float(v))
+    return first
 
 
 def _early_fall(timeline, name: str, divergence: int, s0: int, params: Params, point_of) -> list[Alarm]:
