@@ -171,7 +171,8 @@ class Params:
     #                          settled (False: also where the settling cut it, the rules before)
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
-    #                          level at the settling, at two checkpoints in a row (0: off, the rules before)
+    #                          level at the settling (or the warm-up's end: next), at two checkpoints in a
+    #                          row (0: off, the rules before)
     early_from_peak: float = 0.75  # ... that level read from the first checkpoint at which a layer's
     #                                step size stood x this under its running high (the warm-up's peak
     #                                passed, ``peak_passed``), where that comes before the settling (0:
@@ -1469,10 +1470,10 @@ def early_fall_alarms(
     the first checkpoint at which a layer's step size had passed its warm-up's peak, where that came
     earlier: ``peak_passed``) up to the divergence step, the first
     checkpoint at which a layer's median over its heads of ``DEPTH_MONITOR`` stands under
-    ``params.early_fall`` of its level at the settling (the median of the ``EARLY_FALL_REF``
+    ``params.early_fall`` of its level at that start (the median of the ``EARLY_FALL_REF``
     checkpoints up to and including it), there and at the next checkpoint before the divergence
     (where there is one: at the last checkpoint before the divergence, that one alone).  The level
-    includes the checkpoints just before the settling.  One alarm per layer that fell there, dated
+    includes the checkpoints just before the start.  One alarm per layer that fell there, dated
     at that checkpoint, its score the fall (level over the higher of the values read), not a z;
     where the layout has a RoPE part (two series), the earlier of the two readings.  The
     divergence is the gate (``judge`` passes a lasting one, read on an aligned log): a run whose

@@ -215,8 +215,8 @@ STRIP_LEGEND = (
     "run had left its early phase; dim before it, where colour is shown; L1* marks a layer that never "
     "left it, none of whose cells was scored) and alarm "
     "only where the score stays high ({persist} points in a row); the whole-model rules (step-size "
-    "jump, slow rise or fall, collapse depth, a fall before an unseen divergence) read each layer from "
-    "its own settling and can alarm "
+    "jump, slow rise or fall, collapse depth, a fall before an unseen divergence) read from the "
+    "layers' settling (the jump, and the fall before an unseen divergence, from earlier) and can alarm "
     "before E (red is drawn over dim).",
 )
 
