@@ -962,8 +962,8 @@ def _reference_windows(
     ``near`` steps before i (the fall rule: ``REFERENCE_NEAR``; the rise rule: ``Params.rise_near``;
     ``projections_over``: ``Params.proj_near``), from ``s0`` on; steps ascend) holds two defined
     values at least, yields (i, those values, the reference's median, the index the window starts
-    at).  ``whole``: only where
-    the window lies wholly at or after ``s0`` (``span`` steps before i at or after its step)."""
+    at).  ``whole``: only where the window lies wholly at or after ``s0`` (``span`` steps before i
+    at or after its step)."""
     for i in range(max(s0, 0), len(col) - persist + 1):
         now = col[i : i + persist]
         if whole and steps[i] - span < steps[s0]:  # (i >= s0 here, so s0 indexes a save)
@@ -1505,7 +1505,7 @@ def peak_passed(g: np.ndarray, share: float) -> int:
     first = n
     for layer in range(g.shape[1]):
         high, seen = -np.inf, 0
-        for i in range(min(n, first)):
+        for i in range(first):  # a later hit cannot come first
             v = g[i, layer]
             if not np.isfinite(v):
                 continue
