@@ -281,3 +281,24 @@ def test_score_tells_the_faults_that_did_harm_from_those_that_did_not():
         and lines[2].endswith("high_lr 0/2")
     )
     assert "not told" in lines[3] and lines[3].endswith("high_lr 0/2, lowprec_attention 1/1")
+
+
+@pytest.mark.parametrize("k,n", [(0, 65), (1, 65), (57, 68), (54, 68), (68, 68), (3, 7)])
+def test_score_interval_is_the_exact_binomial_interval(k, n):
+    """``score.py``'s ``interval`` against its definition, read off the binomial tails directly: at
+    the lower end, seeing ``k`` or more has a chance of 2.5 %; at the upper end, seeing ``k`` or
+    fewer; at the ends of the scale (0 of n, n of n) the interval is closed there."""
+    from scipy.stats import binom
+
+    from benchmarks.corpus.score import interval
+
+    lo, hi = interval(k, n)
+    assert 0.0 <= lo < k / n + 1e-12 and k / n - 1e-12 < hi <= 1.0
+    if k == 0:
+        assert lo == 0.0
+    else:
+        assert math.isclose(binom.sf(k - 1, n, lo), 0.025, rel_tol=1e-6)  # P(X >= k) at lo
+    if k == n:
+        assert hi == 1.0
+    else:
+        assert math.isclose(binom.cdf(k, n, hi), 0.025, rel_tol=1e-6)  # P(X <= k) at hi
