@@ -10,12 +10,12 @@
   ``holdout16()``, ``holdout17()``, ``holdout18()``, ``holdout19()``, ``holdout20()``,
   ``holdout21()``, ``holdout22()``, ``holdout23()``, ``holdout24()``, ``holdout25()``,
   ``holdout26()``, ``holdout27()``, ``holdout28()``, ``holdout29()``, ``holdout30()``,
-  ``holdout31()``, ``holdout32()``, ``holdout33()``, ``holdout34()``, ``holdout35()``: the reported
+  ``holdout31()``, ``holdout32()``, ``holdout33()``, ``holdout34()``, ``holdout35()``, ``holdout36()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
   2800-2844, 2900-2944, 3000-3044, 3100-3144, 3200-3244, 3300-3344, 3400-3444,
-  3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944)
+  3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944, 4000-4044)
   and its cycles shifted, each generated after the rules had been chosen again
   (docs/detection.md says on which parts).
 
@@ -554,6 +554,13 @@ def holdout35() -> list[RunSpec]:
     return _held_out(seed0=3900, shift=37)
 
 
+def holdout36() -> list[RunSpec]:
+    """A thirty-ninth held-out part: other seeds (4000-4044), the cycles shifted by 38.  Added
+    with holdout35, before any run of holdout35 was analysed; docs/detection.md says under which
+    rules it was judged."""
+    return _held_out(seed0=4000, shift=38)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -656,4 +663,5 @@ PARTS = {
     "holdout33": holdout33,
     "holdout34": holdout34,
     "holdout35": holdout35,
+    "holdout36": holdout36,
 }
