@@ -2747,3 +2747,24 @@ def test_a_warm_restart_under_the_earlier_high_is_no_lift(monkeypatch):
             m.setattr(detect, "_running_high", lambda col: np.full(len(col), -np.inf))
             unguarded = detect.lift_alarms(t)
         assert unguarded and unguarded[0].first_step > 1200, seed
+
+
+def test_one_layers_logit_growth_alone_is_no_alarm():
+    """A layer's ||M|| growing at a rate for a stretch, with nothing else moving: under the rules
+    before the ``holdout37`` freeze (``Params.logits_lone`` False) a logits alarm, read as
+    ``high_lr/logits`` (a healthy SGD OLMoE run of the corpus, and its fault twin before its onset,
+    were so); now dropped, as no other layer's logits grew within ``persist`` points.  The same
+    growth in both layers still alarms, in both."""
+    for seed in range(3):
+        steps, s = _fine_run(seed, warmup=50)
+        grow = np.clip(np.arange(len(steps)) - 90, 0, 20) * 0.1  # log ||M|| +0.1 per checkpoint, 90-110
+        for layers, lone in (((1,), True), ((0, 1), False)):
+            hit = {n: v.copy() for n, v in s.items()}
+            for layer in layers:
+                hit["attn.M.spectral_norm"][:, layer] *= np.exp(grow)[:, None]
+            t = Timeline.from_arrays(steps, hit)
+            old = detect.detect(t, detect.Params(logits_lone=False))
+            assert old and {(a.role, a.layer) for a in old} == {("logits", x) for x in layers}, (seed, old)
+            assert detect.detect(t) == ([] if lone else old), (seed, layers)
+            if lone:
+                assert classify.classify(old, [], L, steps)["fault_type"] == "high_lr"

@@ -179,6 +179,9 @@ class Params:
     #                                from the settling, until the holdout34 freeze)
     lift: float = 1.75  # a step size lifted off a level it held (``lift_alarms``): the whole model's
     #                     step size x this over that level, read with or without a settling (0: off)
+    logits_lone: bool = True  # a layer's logits alarm (||M|| growth) with no other layer's within
+    #                           ``persist`` points is dropped, in a model of two layers or more
+    #                           (``_drop_lone_logits``; False: kept, until the holdout37 freeze)
     proj_near: float = 6.0  # the output projections' rise at a collapse (``projections_rise``, evidence
     #                         for the classifier) is read against their level from ``RISE_SPAN`` settling
     #                         times to 1/this of that before (3: until the holdout33 freeze)
@@ -1870,6 +1873,8 @@ def run_detection(
         kept = _drop_lone(found, params)
         asleep = [a for a in aside if a in kept]
     alarms = _drop_lone(alarms, params)
+    if params.logits_lone:
+        alarms = _drop_lone_logits(alarms, params, {c.layer for c in cols if c.det.role == Role.LOGITS})
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
@@ -1947,6 +1952,24 @@ def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
         )
 
     return [a for a in alarms if a not in heads or a.score >= params.z_lone or accompanied(a)]
+
+
+def _drop_lone_logits(alarms: list[Alarm], params: Params, layers: set[int]) -> list[Alarm]:
+    """``alarms`` less the logits alarms (||M|| growth) of a layer whose logits grew alone: no
+    other layer's logits alarm within ``params.persist`` points of its trigger.  Where the model
+    has one layer with logits read, nothing is dropped.  Logit growth as the sign of a too-large
+    step reaches more than one layer (the LR is global); one layer's ||M|| growing at a rate for
+    a few checkpoints is within what healthy runs do (an SGD OLMoE run of the corpus, and its
+    fault twin before its onset, did so), and it was read as ``high_lr/logits``, the one path
+    that needs nothing else.  Other alarms pass unchanged."""
+    if len(layers) < 2:
+        return alarms
+    logits = [a for a in alarms if a.role == Role.LOGITS]
+
+    def accompanied(a: Alarm) -> bool:
+        return any(abs(b.index - a.index) < params.persist and b.layer != a.layer for b in logits)
+
+    return [a for a in alarms if a not in logits or accompanied(a)]
 
 
 def _drop_asleep(alarms: list[Alarm], timeline, params: Params) -> tuple[list[Alarm], list[Alarm]]:
