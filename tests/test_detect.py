@@ -1270,11 +1270,14 @@ def test_a_fall_before_an_unseen_divergence_dates_the_fault(tmp_path):
 def test_an_early_fall_is_read_from_the_warm_ups_end_when_the_settling_comes_late(tmp_path):
     """Saves every 10 steps, a 100-step warm-up: the step size peaks at step 100 and falls as the
     weights grow; the layers settle at step 400 (four times the peak's age), and the loss diverges
-    at step 390, before that.  Layer 1's median D2 entropy falls from 0.65 to 0.15 at step 300.
+    at step 390, before that.  Layer 1's median D2 entropy falls from 0.65 to 0.15 at step 340
+    (at 300 until the ``holdout37`` freeze: the peak read as a median of three passes a save or two
+    later, up to step 310 here, and a fall that starts at 300 then lies in the level it is read
+    against).
     Read from the settling on (until the ``holdout34`` freeze, ``Params.early_from_peak`` 0) the
     early-fall rule has nothing before the divergence: ``unknown/loss-diverged``.  Its level is now
     read from the first checkpoint at which a layer's step size stood x0.75 under its running high
-    (the warm-up's peak passed; about step 260 here, ``peak_passed``): the fall dates the fault at 300,
+    (the warm-up's peak passed; about step 260 here, ``peak_passed``): the fall dates the fault at 340,
     ``lowprec_attention`` (a fault that holds the settling off, an LR raised right after the
     warm-up, is the case it is for).  Without the fall, nothing is read there."""
     for seed in range(4):
@@ -1284,17 +1287,46 @@ def test_an_early_fall_is_read_from_the_warm_ups_end_when_the_settling_comes_lat
         g = detect.step_size(t0)
         assert 230 <= steps[detect.peak_passed(g, 0.75)] <= 280, seed
         fell = {k: v.copy() for k, v in s.items()}
-        fell["attn.D2.entropy2"][29:, 1, :] = 0.15  # from step 300
+        fell["attn.D2.entropy2"][33:, 1, :] = 0.15  # from step 340
         run = tmp_path / f"run{seed}"
         run.mkdir()
         _diverging_log(run, 390, last=1500)
         old = judge(run, Timeline.from_arrays(steps, fell), [], params=detect.Params(early_from_peak=0.0))
         assert old["verdict"]["decision"] == classify.LOSS_DIVERGED, (seed, old["verdict"]["decision"])
         v = judge(run, Timeline.from_arrays(steps, fell), [])["verdict"]
-        assert (v["fault_type"], v["earliest_step"]) == ("lowprec_attention", 300), (seed, v["decision"])
+        assert (v["fault_type"], v["earliest_step"]) == ("lowprec_attention", 340), (seed, v["decision"])
         assert any(e.get("test") == "early-fall" for e in v["evidence"]), seed
         calm = judge(run, Timeline.from_arrays(steps, s), [])["verdict"]
         assert calm["decision"] == classify.LOSS_DIVERGED, (seed, calm["decision"])
+
+
+def test_one_saves_dip_in_the_warm_up_passes_no_peak(tmp_path):
+    """``_fine_run_with_projections`` (saves every 10 steps, a 100-step warm-up, layer 0's D2
+    entropy dipping to 0.3 from step 60 to 140: the early phase), the loss diverging at step 390,
+    before the layers settle at 400; the q/k step size dips to half for one save at step 40, while
+    the warm-up still rises.  Read on single values (``Params.peak_median`` False, until the
+    ``holdout37`` freeze) that dip passes the warm-up's peak, so the early-fall rule reads its
+    level at step 40 and dates the run at the early phase's own D2 dip, step 60 (a ``holdout36``
+    combined run was dated so, 377 steps before its onset).  Read as a median of three, the peak
+    passes only after the warm-up (step 230-320, a save or so after the single values read it
+    without the dip: a median lags on a falling series), and the dip is not read:
+    ``unknown/loss-diverged``."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+            s[name][3] *= 0.5  # step 40 (the output projections' not: no jump back to read)
+        t = Timeline.from_arrays(steps, s)
+        g = detect.step_size(t)
+        assert steps[detect.peak_passed(g, 0.75)] == 40, seed
+        assert 230 <= steps[detect.peak_passed(g, 0.75, median=True)] <= 320, seed
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        _diverging_log(run, 390, last=1500)
+        old = judge(run, t, [], params=detect.Params(peak_median=False))["verdict"]
+        assert (old["fault_type"], old["earliest_step"]) == ("lowprec_attention", 60), (seed, old["decision"])
+        assert any(e.get("test") == "early-fall" for e in old["evidence"]), seed
+        v = judge(run, t, [])["verdict"]
+        assert v["decision"] == classify.LOSS_DIVERGED, (seed, v["decision"])
 
 
 def test_peak_passed_against_a_direct_reading():
@@ -1315,6 +1347,17 @@ def test_peak_passed_against_a_direct_reading():
                     want = min(want, i)
                     break
         assert detect.peak_passed(g, share) == want, trial
+        # read as a median of three: the median of the last three defined values against the
+        # highest such median before, from the fourth defined value on
+        want = n
+        for layer in range(n_layers):
+            vals = [(i, g[i, layer]) for i in range(n) if np.isfinite(g[i, layer])]
+            med = [float(np.median([x for _, x in vals[k - 2 : k + 1]])) for k in range(2, len(vals))]
+            for k in range(3, len(vals)):
+                if med[k - 2] <= max(med[: k - 2]) + np.log(share):
+                    want = min(want, vals[k][0])
+                    break
+        assert detect.peak_passed(g, share, median=True) == want, trial
 
 
 def test_a_loss_that_diverged_unseen_is_unknown_never_healthy(tmp_path):

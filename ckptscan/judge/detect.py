@@ -177,6 +177,10 @@ class Params:
     #                                step size stood x this under its running high (the warm-up's peak
     #                                passed, ``peak_passed``), where that comes before the settling (0:
     #                                from the settling, until the holdout34 freeze)
+    peak_median: bool = True  # ... that step size read as the median of its last three values,
+    #                           against the highest such median before (``_running_high``): one
+    #                           save's dip in the early phase is no peak passed (False: single
+    #                           values, until the holdout37 freeze)
     lift: float = 1.75  # a step size lifted off a level it held (``lift_alarms``): the whole model's
     #                     step size x this over that level, read with or without a settling (0: off)
     logits_lone: bool = True  # a layer's logits alarm (||M|| growth) with no other layer's within
@@ -1487,7 +1491,7 @@ def early_fall_alarms(
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     s0 = int(np.min(starts)) if len(starts) else len(timeline.steps)
     if params.early_from_peak > 0:
-        s0 = min(s0, peak_passed(step_size(timeline, detectors), params.early_from_peak))
+        s0 = min(s0, peak_passed(step_size(timeline, detectors), params.early_from_peak, params.peak_median))
     if det is None or s0 >= len(timeline.steps):
         return []
     found = [
@@ -1497,26 +1501,33 @@ def early_fall_alarms(
     return min(found, key=lambda f: f[0].first_step) if found else []
 
 
-def peak_passed(g: np.ndarray, share: float) -> int:
+def peak_passed(g: np.ndarray, share: float, median: bool = False) -> int:
     """The first checkpoint index at which some layer's step size (``g``, [N, L] log) stands
     ``share`` times (or less) its running high (the highest of its defined values before; from its
     third defined value on): the warm-up's peak has passed.  N where none does.  A fault that
     keeps the step size up right after the warm-up (an LR raised there) holds the settling off,
     and a layer settles only at half its peak or four times its peak's age (``layer_starts``);
-    the warm-up's end comes before that."""
+    the warm-up's end comes before that.  ``median``: the step size read over three checkpoints,
+    the median of its last three defined values against the highest such median before
+    (``_running_high``), so from its fourth defined value on: one save's dip in the early phase,
+    while the warm-up still rises, is no peak passed."""
     n = g.shape[0]
     first = n
     for layer in range(g.shape[1]):
         high, seen = -np.inf, 0
+        vals: list[float] = []
         for i in range(first):  # a later hit cannot come first
             v = g[i, layer]
             if not np.isfinite(v):
                 continue
             seen += 1
-            if seen >= 3 and v <= high + np.log(share):
+            vals.append(float(v))
+            now = float(np.median(vals[-3:])) if median else float(v)
+            if seen >= 3 and now <= high + np.log(share):
                 first = i
                 break
-            high = max(high, float(v))
+            if not median or seen >= 3:
+                high = max(high, now)
     return first
 
 
