@@ -1271,13 +1271,14 @@ def test_an_early_fall_is_read_from_the_warm_ups_end_when_the_settling_comes_lat
     """Saves every 10 steps, a 100-step warm-up: the step size peaks at step 100 and falls as the
     weights grow; the layers settle at step 400 (four times the peak's age), and the loss diverges
     at step 390, before that.  Layer 1's median D2 entropy falls from 0.65 to 0.15 at step 340
-    (at 300 until the ``holdout37`` freeze: the peak read as a median of three passes a save or two
-    later, up to step 310 here, and a fall that starts at 300 then lies in the level it is read
-    against).
+    (at 300 until the ``holdout37`` freeze: the peak read as a median of three passes a few saves
+    later, at steps 270-310 here against 240-250 on single values, and a fall that starts at 300
+    can then lie in the level it is read against).
     Read from the settling on (until the ``holdout34`` freeze, ``Params.early_from_peak`` 0) the
     early-fall rule has nothing before the divergence: ``unknown/loss-diverged``.  Its level is now
     read from the first checkpoint at which a layer's step size stood x0.75 under its running high
-    (the warm-up's peak passed; about step 260 here, ``peak_passed``): the fall dates the fault at 340,
+    (the warm-up's peak passed, ``peak_passed``; steps 270-310 here, read on a median of three): the
+    fall dates the fault at 340,
     ``lowprec_attention`` (a fault that holds the settling off, an LR raised right after the
     warm-up, is the case it is for).  Without the fall, nothing is read there."""
     for seed in range(4):
@@ -1286,6 +1287,7 @@ def test_an_early_fall_is_read_from_the_warm_ups_end_when_the_settling_comes_lat
         assert steps[detect.layer_starts(t0)].min() == 400, seed
         g = detect.step_size(t0)
         assert 230 <= steps[detect.peak_passed(g, 0.75)] <= 280, seed
+        assert 260 <= steps[detect.peak_passed(g, 0.75, median=True)] <= 310, seed
         fell = {k: v.copy() for k, v in s.items()}
         fell["attn.D2.entropy2"][33:, 1, :] = 0.15  # from step 340
         run = tmp_path / f"run{seed}"
@@ -1308,7 +1310,7 @@ def test_one_saves_dip_in_the_warm_up_passes_no_peak(tmp_path):
     ``holdout37`` freeze) that dip passes the warm-up's peak, so the early-fall rule reads its
     level at step 40 and dates the run at the early phase's own D2 dip, step 60 (a ``holdout36``
     combined run was dated so, 377 steps before its onset).  Read as a median of three, the peak
-    passes only after the warm-up (step 230-320, a save or so after the single values read it
+    passes only after the warm-up (step 230-320, a few saves after the single values read it
     without the dip: a median lags on a falling series), and the dip is not read:
     ``unknown/loss-diverged``."""
     for seed in range(4):
@@ -2811,3 +2813,25 @@ def test_one_layers_logit_growth_alone_is_no_alarm():
             assert detect.detect(t) == ([] if lone else old), (seed, layers)
             if lone:
                 assert classify.classify(old, [], L, steps)["fault_type"] == "high_lr"
+
+
+def test_lone_logits_needs_another_layers_logits_within_persist_points():
+    """``_drop_lone_logits`` on alarms by hand: two layers' logits alarms ``persist`` points apart
+    or more are both dropped; within fewer points both are kept; a model with one layer that has a
+    logits series drops nothing; other roles pass unchanged."""
+    p = detect.Params()
+
+    def alarm(layer, index, role="logits"):
+        return detect.Alarm(
+            "attn.M.spectral_norm", "attn.M.spectral_norm", layer, None, index * 10, index, 4.0, role, "up"
+        )
+
+    far = [alarm(0, 5), alarm(1, 5 + p.persist)]
+    assert detect._drop_lone_logits(far, p, {0, 1}) == []
+    near = [alarm(0, 5), alarm(1, 5 + p.persist - 1)]
+    assert detect._drop_lone_logits(near, p, {0, 1}) == near
+    assert detect._drop_lone_logits([alarm(0, 5)], p, {0}) == [alarm(0, 5)]
+    same_layer = [alarm(1, 5), alarm(1, 6)]  # a layer is no company of its own
+    assert detect._drop_lone_logits(same_layer, p, {0, 1}) == []
+    other = [alarm(0, 5, "structure"), alarm(1, 9, "step_size")]
+    assert detect._drop_lone_logits(other, p, {0, 1}) == other

@@ -220,6 +220,8 @@ def interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
     if n <= 0:
         return (0.0, 1.0)
+    if not 0 <= k <= n:
+        raise ValueError(f"{k} of {n}: not a count out of {n}")
     a = (1.0 - level) / 2.0
     lo = 0.0 if k <= 0 else float(beta.ppf(a, k, n - k + 1))
     hi = 1.0 if k >= n else float(beta.ppf(1.0 - a, k + 1, n - k))

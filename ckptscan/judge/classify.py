@@ -469,7 +469,8 @@ def _signature(
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/lift`` where a
       whole-model lift off a held level is (``detect.lift_alarms``), else ``high_lr/step-size``
       (step-size or second-order growth); ``high_lr/logits`` where only logits grew, the classic
-      sign of a too-large step."""
+      sign of a too-large step (in two layers or more where the model has two:
+      ``detect.Params.logits_lone``)."""
     n_layers = max(1, n_layers)
     structure = [a for a in alarms if a.role == "structure"]
     growth = [a for a in alarms if a.role == "step_size"]  # broad by construction (detect._broad)

@@ -8,8 +8,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    median update ratio) has fallen to half its peak, or it is 4x as old as at that peak; a layer or
    head whose QK form is still below 1/20 of the largest head's is not learning yet and settles
    again after it wakes up; an alarm whose layer (head) is below that line at its trigger point
-   does not count (``_drop_asleep``; applied before ``_drop_lone``, so it keeps no other head
-   company).  Too little examined makes the verdict inconclusive (``examination``).
+   does not count (``_drop_asleep``; applied before ``_drop_lone`` and ``_drop_lone_logits``, so
+   it keeps no other head, or layer, company).  Too little examined makes the verdict
+   inconclusive (``examination``).
 2. *The run's own time scale* (``block_size``, ``coarsen``): checkpoints closer than a quarter of
    the run's settling time are scored in blocks (medians), so that every rule below, counted in
    points, means the same at any save cadence; and in blocks large enough that at most
@@ -25,7 +26,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    MAD); one-sided z.  Values with z > ``z_accept`` never enter later baselines.
 4. *Alarms*: ``persist`` consecutive points with z > ``z``, dated at the first of them (the
    trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
-   step size is off in enough layers (``_broad``).
+   step size is off in enough layers (``_broad``); a logits alarm counts only with another
+   layer's within ``persist`` points, where two layers or more have a logits series
+   (``_drop_lone_logits``).
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the third defined
    value on, settled or not (but before the layer settled, where its step size stands at its
    running high, ``rising``, only a jump of ``jump_rising`` times: early in a run saved often the
@@ -1507,7 +1510,8 @@ def peak_passed(g: np.ndarray, share: float, median: bool = False) -> int:
     third defined value on): the warm-up's peak has passed.  N where none does.  A fault that
     keeps the step size up right after the warm-up (an LR raised there) holds the settling off,
     and a layer settles only at half its peak or four times its peak's age (``layer_starts``);
-    the warm-up's end comes before that.  ``median``: the step size read over three checkpoints,
+    the warm-up's end comes before that.  ``median`` (``Params.peak_median``; False here: single
+    values, the reading until the holdout37 freeze): the step size read over three checkpoints,
     the median of its last three defined values against the highest such median before
     (``_running_high``), so from its fourth defined value on: one save's dip in the early phase,
     while the warm-up still rises, is no peak passed."""
@@ -1875,17 +1879,20 @@ def run_detection(
                 c.det.mode,
             )
         )
+    logit_layers = {c.layer for c in cols if c.det.role == Role.LOGITS}
     asleep: list[Alarm] = []
     if params.asleep:  # before the lone-head rule: a head set aside is no head's company
         found = alarms
         alarms, aside = _drop_asleep(found, timeline, params)
         # reported as set aside: those that would have counted had their layer been learning (a
-        # weak lone alarm on a dormant head is dropped by the lone-head rule either way)
+        # weak lone alarm on a dormant head, or a lone layer's logits, is dropped either way)
         kept = _drop_lone(found, params)
+        if params.logits_lone:
+            kept = _drop_lone_logits(kept, params, logit_layers)
         asleep = [a for a in aside if a in kept]
     alarms = _drop_lone(alarms, params)
     if params.logits_lone:
-        alarms = _drop_lone_logits(alarms, params, {c.layer for c in cols if c.det.role == Role.LOGITS})
+        alarms = _drop_lone_logits(alarms, params, logit_layers)
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
@@ -1972,7 +1979,9 @@ def _drop_lone_logits(alarms: list[Alarm], params: Params, layers: set[int]) -> 
     step reaches more than one layer (the LR is global); one layer's ||M|| growing at a rate for
     a few checkpoints is within what healthy runs do (an SGD OLMoE run of the corpus, and its
     fault twin before its onset, did so), and it was read as ``high_lr/logits``, the one path
-    that needs nothing else.  Other alarms pass unchanged."""
+    that needs nothing else.  ``layers``: the layers that have a logits series, read or not (a
+    layer that never settled, or sleeps, counts: in a two-layer model whose other layer sleeps, a
+    logits alarm never counts).  Other alarms pass unchanged."""
     if len(layers) < 2:
         return alarms
     logits = [a for a in alarms if a.role == Role.LOGITS]
