@@ -1111,19 +1111,31 @@ LIFT_HIGH = 0.1  # ... and where the values read stand this far (log) over the h
 #                  stood at before that window: a new high, not an LR cut and back, or a warm restart
 
 
-def _running_high(col: np.ndarray) -> np.ndarray:
-    """[N]: at each checkpoint i, the highest value ``col`` stood at before i, read over three
-    checkpoints (the highest median of three defined values in a row before i; -inf where none):
-    one noisy save does not make a high."""
-    high = np.full(len(col), -np.inf)
-    best = -np.inf
+def _median3(col: np.ndarray) -> np.ndarray:
+    """[N]: at each checkpoint with a defined value, the median of the last three defined values up
+    to it (NaN before the third, and where ``col`` is undefined)."""
+    out = np.full(len(col), np.nan)
     vals: list[float] = []
     for i in range(len(col)):
-        high[i] = best
         if np.isfinite(col[i]):
             vals.append(float(col[i]))
             if len(vals) >= 3:
-                best = max(best, float(np.median(vals[-3:])))
+                out[i] = float(np.median(vals[-3:]))
+    return out
+
+
+def _running_high(col: np.ndarray) -> np.ndarray:
+    """[N]: at each checkpoint i, the highest value ``col`` stood at before i, read over three
+    checkpoints (the highest median of three defined values in a row before i, ``_median3``; -inf
+    where none): one noisy save does not make a high."""
+    m = _median3(col)
+    return _before(np.where(np.isfinite(m), m, -np.inf))
+
+
+def _before(x: np.ndarray) -> np.ndarray:
+    """[N]: at each i, the highest of ``x`` before i (-inf at the first)."""
+    high = np.full(len(x), -np.inf)
+    high[1:] = np.maximum.accumulate(x)[:-1]
     return high
 
 
@@ -1515,23 +1527,18 @@ def peak_passed(g: np.ndarray, share: float, median: bool = False) -> int:
     the median of its last three defined values against the highest such median before
     (``_running_high``), so from its fourth defined value on: one save's dip in the early phase,
     while the warm-up still rises, is no peak passed."""
-    n = g.shape[0]
-    first = n
+    first = g.shape[0]
     for layer in range(g.shape[1]):
-        high, seen = -np.inf, 0
-        vals: list[float] = []
-        for i in range(first):  # a later hit cannot come first
-            v = g[i, layer]
-            if not np.isfinite(v):
-                continue
-            seen += 1
-            vals.append(float(v))
-            now = float(np.median(vals[-3:])) if median else float(v)
-            if seen >= 3 and now <= high + np.log(share):
-                first = i
-                break
-            if not median or seen >= 3:
-                high = max(high, now)
+        col = g[:, layer]
+        defined = np.isfinite(col)
+        if median:  # (the running high is -inf until the third defined value: from the fourth on)
+            now, high = _median3(col), _running_high(col)
+        else:
+            now, high = col, _before(np.where(defined, col, -np.inf))
+        with np.errstate(invalid="ignore"):
+            hit = defined & (np.cumsum(defined) >= 3) & (now <= high + np.log(share))
+        if hit.any():
+            first = min(first, int(np.argmax(hit)))
     return first
 
 
