@@ -9,7 +9,7 @@ analysed into ``OUT/<set>/analysis`` and judged with ``ckptscan.drills.evaluate`
 totals are printed and written to ``OUT/<set>/eval.json``.  Nothing is written into the
 repository.  About 70 s per run on one core; ``--jobs`` runs train side by side (default 2).
 
-The sets, and what each was used for (docs/detection.md, "Results"):
+The sets, and what each was used for (docs/detection-history.md, "Results on the calibration runs"):
   calibration  the committed fixtures + seed-0 onset-500 runs + seeds 1/2: the rules were chosen here
   heldout      seeds 3/4, constant-LR schedule, a dense model (checked the update-ratio trend rule)
   replay       seeds 5/6, with replay files (checked the trend rule; act.* monitors studied)

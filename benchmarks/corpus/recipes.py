@@ -19,7 +19,7 @@
   3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944, 4000-4044, 4100-4144, 4200-4244,
   4300-4344)
   and its cycles shifted, each generated after the rules had been chosen again
-  (docs/detection.md says on which parts).
+  (docs/detection-history.md says on which parts).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
@@ -558,8 +558,8 @@ def holdout35() -> list[RunSpec]:
 
 def holdout36() -> list[RunSpec]:
     """A thirty-ninth held-out part: other seeds (4000-4044), the cycles shifted by 38.  Added
-    with holdout35, before any run of holdout35 was analysed; docs/detection.md says under which
-    rules it was judged."""
+    with holdout35, before any run of holdout35 was analysed; docs/detection-history.md says
+    under which rules it was judged."""
     return _held_out(seed0=4000, shift=38)
 
 
