@@ -45,6 +45,29 @@ def test_relative_links_in_the_docs_resolve():
     assert not bad, bad
 
 
+# a section named in another doc: '"Known limits" in [detection.md](detection.md)' (the quote may wrap)
+SECTION_REF = re.compile(r'"([^"]{3,300})" in \[([\w.-]+\.md)\]\(\2\)')
+
+
+def _headings(doc: Path) -> list[str]:
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    return [" ".join(line.lstrip("#").split()) for line in lines if line.startswith("#")]
+
+
+def test_sections_named_in_another_doc_exist_there():
+    """docs/detection.md and docs/detection-history.md name each other's sections by their
+    headings: each name must open a heading of the file it points to (a heading renamed or moved
+    leaves the reference pointing nowhere)."""
+    bad, seen = [], 0
+    for doc in DOCS:
+        for name, target in SECTION_REF.findall(doc.read_text(encoding="utf-8")):
+            seen += 1
+            name = " ".join(name.split())
+            if not any(h.startswith(name) for h in _headings(doc.parent / target)):
+                bad.append(f"{doc.relative_to(ROOT)}: {name!r} not a heading of {target}")
+    assert seen >= 50 and not bad, (seen, bad)
+
+
 def test_no_measurements_in_docstrings():
     """A measured time, size or speed-up in a docstring goes to docs/performance.md (or the doc of
     its topic), with the command that measured it; the docstring points there."""
