@@ -1893,13 +1893,9 @@ def run_detection(
         alarms, aside = _drop_asleep(found, timeline, params)
         # reported as set aside: those that would have counted had their layer been learning (a
         # weak lone alarm on a dormant head, or a lone layer's logits, is dropped either way)
-        kept = _drop_lone(found, params)
-        if params.logits_lone:
-            kept = _drop_lone_logits(kept, params, logit_layers)
+        kept = _drop_unaccompanied(found, params, logit_layers)
         asleep = [a for a in aside if a in kept]
-    alarms = _drop_lone(alarms, params)
-    if params.logits_lone:
-        alarms = _drop_lone_logits(alarms, params, logit_layers)
+    alarms = _drop_unaccompanied(alarms, params, logit_layers)
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
@@ -1970,13 +1966,13 @@ def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
     is far likelier than any given head doing so; a numerics fault reaches more than one head, or
     reaches one far.  Other alarms pass unchanged."""
     heads = [a for a in alarms if a.role == "structure" and a.head is not None]
-
-    def accompanied(a: Alarm) -> bool:
-        return any(
-            abs(b.index - a.index) < params.persist and (b.layer, b.head) != (a.layer, a.head) for b in heads
-        )
-
-    return [a for a in alarms if a not in heads or a.score >= params.z_lone or accompanied(a)]
+    return [
+        a
+        for a in alarms
+        if a not in heads
+        or a.score >= params.z_lone
+        or _accompanied(a, heads, params.persist, lambda b: (b.layer, b.head))
+    ]
 
 
 def _drop_lone_logits(alarms: list[Alarm], params: Params, layers: set[int]) -> list[Alarm]:
@@ -1992,11 +1988,22 @@ def _drop_lone_logits(alarms: list[Alarm], params: Params, layers: set[int]) -> 
     if len(layers) < 2:
         return alarms
     logits = [a for a in alarms if a.role == Role.LOGITS]
+    return [
+        a for a in alarms if a not in logits or _accompanied(a, logits, params.persist, lambda b: b.layer)
+    ]
 
-    def accompanied(a: Alarm) -> bool:
-        return any(abs(b.index - a.index) < params.persist and b.layer != a.layer for b in logits)
 
-    return [a for a in alarms if a not in logits or accompanied(a)]
+def _accompanied(a: Alarm, others: list[Alarm], persist: int, where) -> bool:
+    """Another of ``others`` triggered within ``persist`` points of ``a``, somewhere else
+    (``where``: alarm -> its head, or its layer)."""
+    return any(abs(b.index - a.index) < persist and where(b) != where(a) for b in others)
+
+
+def _drop_unaccompanied(alarms: list[Alarm], params: Params, logit_layers: set[int]) -> list[Alarm]:
+    """``alarms`` less a head's weak collapse alone (``_drop_lone``) and, with
+    ``params.logits_lone``, a layer's logits growing alone (``_drop_lone_logits``)."""
+    alarms = _drop_lone(alarms, params)
+    return _drop_lone_logits(alarms, params, logit_layers) if params.logits_lone else alarms
 
 
 def _drop_asleep(alarms: list[Alarm], timeline, params: Params) -> tuple[list[Alarm], list[Alarm]]:
