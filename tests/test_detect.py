@@ -2334,6 +2334,12 @@ def test_jump_shapes_against_a_hand_computation():
     assert np.isnan(detect.jump_score(back, "spike", stays=1.2)[4, 0])
     back[5] = np.log(3.8)  # below the level: no spike
     assert np.isnan(detect.jump_score(back, "spike")[4, 0])
+    # a spike straddled: 4 -> 5.5 (a third of the way in log) -> 10 -> back to 4: read at the first
+    # from the second alone (the part-way rise before it is the second checkpoint of evidence)
+    ss = np.log(np.array([4.0, 4.0, 4.0, 4.0, 5.5, 10.0, 4.0, 4.0]))[:, None]
+    np.testing.assert_allclose(detect.jump_score(ss, "straddle_spike")[4, 0], np.log(10.0 / 4.0))
+    np.testing.assert_allclose(detect.jump_score(ss, "straddle")[4, 0], 0.0)  # 4 after it: no straddle
+    assert np.isnan(detect.jump_score(late, "straddle_spike")[4, 0])  # x1.1 is no part-way rise
 
 
 def _lr_jump_after_settling(seed, j, first, then):
@@ -2586,6 +2592,43 @@ def test_a_jump_whose_next_save_falls_back_to_the_level_is_read(tmp_path):
             back[name][j + 1] *= 0.85  # one checkpoint up, then below where it was
         w = judge(tmp_path, Timeline.from_arrays(steps, back), [])["verdict"]
         assert w["fault_type"] in ("healthy", "inconclusive"), (seed, w["decision"])
+
+
+def test_a_spike_straddling_two_saves_is_read_where_it_began(tmp_path):
+    """Saves every 250 steps, an LR jump some way into the interval ending at step 1500: the step
+    size stands x1.5 at 1500 (part of the interval at the new rate), x3.2 at 1750 (all of it), and
+    back at its level at 2000 (Adam's second moment caught up within the interval; the corpus'
+    Mixtral and Qwen3 runs with an LR x6 43 steps before a save: x1.25-2.2, x2.1-3.7, x0.88-1.8).
+    No shape of the rules before reads it: not two checkpoints x1.6 up, the spike at 1750 stands
+    under x2 over a level that carries 1500's rise on, and the straddle asks for x1.6 at 2000 too;
+    the run, never settled, was ``inconclusive``.  The straddled spike reads the x3.2 over the level
+    before 1500, where 1500 rose part way: ``high_lr/jump`` dated at 1500.  Without the part-way
+    rise (x1.1) and with the save after below the level, nothing is read; nor with a save missing
+    around it (an interval twice as long moves the step size by itself)."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)
+        j = 5  # step 1500
+        for name in _STEP_NAMES:
+            s[name][j] *= 1.5
+            s[name][j + 1] *= 3.2
+        t = Timeline.from_arrays(steps, s)
+        starts = detect.layer_starts(t)
+        old = judge(tmp_path, t, [], params=detect.Params(straddle_spike=False))["verdict"]
+        assert old["fault_type"] in ("healthy", "inconclusive"), (seed, old.get("decision"))
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/jump", 1500), seed
+        alarms = detect.jump_alarms(t, starts=starts)
+        assert {(a.first_step, a.confirmed_step, a.shape) for a in alarms} == {(1500, 1750, "straddle_spike")}
+        uneven = steps.copy()
+        uneven[j - 1 :] += 250  # the save at step 1250 is missing
+        assert detect.jump_alarms(Timeline.from_arrays(uneven, s), starts=starts) == [], seed
+        s = _fine_run_with_projections(seed, n=16, spacing=250, warmup=200)[1]
+        for name in _STEP_NAMES:
+            s[name][j] *= 1.1
+            s[name][j + 1] *= 3.2
+            s[name][j + 2] *= 0.85
+        w = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert w["fault_type"] in ("healthy", "inconclusive"), (seed, w.get("decision"))
 
 
 def _ramped(seed, factor=8.0, onset=450, ramp=200, late=500):

@@ -180,6 +180,9 @@ def test_evidence_names_the_jump_shape_and_its_factor():
     assert data.evidence_monitor({"monitor": m, "test": "jump", "shape": "spike"}) == (
         f"{m} (one-checkpoint spike: score = factor)"
     )
+    assert data.evidence_monitor({"monitor": m, "test": "jump", "shape": "straddle_spike"}) == (
+        f"{m} (spike between two saves: score = factor)"
+    )
     d = "attn.D2.entropy2"
     assert data.evidence_monitor({"monitor": d, "test": "depth"}) == f"{d} (depth: score = fall factor)"
     assert data.evidence_monitor({"monitor": m, "test": "rise"}) == f"{m} (slow rise: score = factor)"

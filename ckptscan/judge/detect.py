@@ -38,8 +38,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    where the layer has settled or its step size is not at its running high, or stands ``jump``
    times over what a linear warm-up could add across those saves, ``warmup_allowance``: a jump
    between two saves; or ``jump_spike`` times at one checkpoint, the next not below the level (``spike_stays``):
-   Adam takes a jump and falls back within a long interval; these two where the saves are
-   evenly spaced), and above anything it had since the layer settled, in three quarters of the
+   Adam takes a jump and falls back within a long interval; or ``jump_spike`` times at the one
+   after a checkpoint that rose part way (``straddle_spike``: a spike between two saves); these
+   three where the saves are evenly spaced), and above anything it had since the layer settled, in three quarters of the
    layers read (two at least where two or more are).  A too-large LR that jumps moves the whole
    model at once; a warm-up rises gradually, a restart returns to a level already seen, and the
    low-precision fault leaves the output projections alone.  A shift alarm (4.) likewise counts
@@ -136,6 +137,9 @@ class Params:
     #                    level just before, at two checkpoints in a row (0: the rule is off)
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x spike_stays over it:
     spike_stays: float = 1.0  # not below it (1.2: the rules before; Adam falls back within a long interval)
+    straddle_spike: bool = True  # ... or a spike straddled: one checkpoint that rose part way, the next
+    #                              x jump_spike over the level, the one after not below it (False: the
+    #                              rules before)
     straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
     #                              not at its running high (``rising``; False: the rules before)
     straddle_warmup: bool = True  # ... and at its running high too, where it stands x``jump`` over what a
@@ -624,7 +628,9 @@ JUMP_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "jump": ((0, 1), 1),  # at i and i + 1
     "straddle": ((1, 2), 2),  # at i + 1 and i + 2 (i rose part way)
     "spike": ((0,), 1),  # at i (i + 1 not below the level)
+    "straddle_spike": ((1,), 1),  # at i + 1 (i rose part way)
 }
+STRADDLED = ("straddle", "straddle_spike")  # the shapes that read a jump between two saves
 PART_RISE = 1.25  # a straddled jump's first checkpoint rose at least this much (not noise)
 
 
@@ -646,7 +652,11 @@ def jump_score(
     * ``"spike"``: the value at i, where the value at i + 1 still stands x``stays``
       (``Params.spike_stays``: not below it) over the level (an optimizer that normalizes its
       update, Adam, takes the jump and falls back within a long save interval as its second moment
-      catches up).
+      catches up);
+    * ``"straddle_spike"``: the value at i + 1, where the value at i rose part way as for the
+      straddle (the spike of an LR that jumped between the saves i - 1 and i; the part-way rise
+      is its second checkpoint of evidence, so the value at i + 2 is not read: Adam may have
+      caught up by then).
 
     NaN where a value read (from i - 2 on; i - 3 only tells a fall, ``_level_before``) is
     undefined or the shape's condition fails.  ``starts``: the level of a settled layer from its
@@ -667,6 +677,9 @@ def jump_score(
             up = np.minimum(g[i], g[i + 1]) - level
         elif shape == "straddle":
             up = np.minimum(g[i + 1], g[i + 2]) - level
+            ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
+        elif shape == "straddle_spike":
+            up = g[i + 1] - level
             ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
         else:  # spike
             up = g[i] - level
@@ -703,7 +716,7 @@ def above_settled(
                 continue
             if i > s0:
                 out[i, layer] = values.min() - high[i]
-            elif shape != "straddle" or straddle_early:
+            elif shape not in STRADDLED or straddle_early:
                 out[i, layer] = np.inf
     return out
 
@@ -825,11 +838,13 @@ def jump_alarms(
     ``params.level_settled``; on a fall, the last value, with ``params.fall_to_last``: two
     checkpoints in a row; or the two after one that rose part
     way; or ``params.jump_spike`` times at one checkpoint, the next x``params.spike_stays`` over the
-    level at least; these two where the saves they read are evenly spaced) and above anything they reached
+    level at least; or, with ``params.straddle_spike``, ``params.jump_spike`` times at the one after
+    a checkpoint that rose part way; these three where the saves they read are evenly spaced) and
+    above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
     before the layer settled and where its attention step size stood at its running high just
     before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
-    in the straddle shape (read before settling only with ``params.straddle_early``) only
+    in the straddled shapes (read before settling only with ``params.straddle_early``) only
     ``params.jump`` times over what a linear warm-up could add across the saves it spans
     (``warmup_allowance``, with ``params.straddle_warmup``; not at all without);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
@@ -845,7 +860,12 @@ def jump_alarms(
         return []
     g, go = _model_steps(timeline, detectors)
     steps = np.asarray(timeline.steps)
-    thresholds = {"jump": params.jump, "straddle": params.jump, "spike": params.jump_spike}
+    thresholds = {
+        "jump": params.jump,
+        "straddle": params.jump,
+        "spike": params.jump_spike,
+        "straddle_spike": params.jump_spike if params.straddle_spike else 0.0,
+    }
     jumped = np.zeros(g.shape, dtype=bool)
     read = np.zeros(g.shape, dtype=bool)  # the layer's step size is read at i (in some shape)
     factor = np.full(g.shape, np.nan)
@@ -871,12 +891,12 @@ def jump_alarms(
             # before settling with straddle_early, off the running high or past the warm-up's rise:
             # the condition below)
             hit &= (high > 0) & (high_o > 0) if settled_high else ~np.isnan(high) & ~np.isnan(high_o)
-            if params.jump_rising > 0 and not (shape == "straddle" and params.straddle_warmup):
+            if params.jump_rising > 0 and not (shape in STRADDLED and params.straddle_warmup):
                 # before the layer settled, at its running high: a larger jump
                 hit &= ~(np.isposinf(high) & at_high) | (f > np.log(max(times, params.jump_rising)))
             # before settling, never at the running high (a warm-up), or with straddle_warmup only
             # past the rise a linear warm-up could give
-            if shape == "straddle" and params.straddle_early:
+            if shape in STRADDLED and params.straddle_early:
                 early = np.isposinf(high) & at_high
                 if params.straddle_warmup:  # ... unless it rose past what the warm-up explains
                     allow = np.log(times) + warmup_allowance(steps, n_ahead)[:, None]

@@ -317,7 +317,11 @@ def log_only_text(summary: dict) -> str:
     return f"{first} (first of {n}{more}{' up to the divergence' if div is not None else ''})"
 
 
-_JUMP_SHAPE = {"straddle": "jump between two saves", "spike": "one-checkpoint spike"}
+_JUMP_SHAPE = {
+    "straddle": "jump between two saves",
+    "spike": "one-checkpoint spike",
+    "straddle_spike": "spike between two saves",
+}
 
 
 def score_note(summary: dict) -> str:
