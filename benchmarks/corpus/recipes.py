@@ -11,13 +11,14 @@
   ``holdout21()``, ``holdout22()``, ``holdout23()``, ``holdout24()``, ``holdout25()``,
   ``holdout26()``, ``holdout27()``, ``holdout28()``, ``holdout29()``, ``holdout30()``,
   ``holdout31()``, ``holdout32()``, ``holdout33()``, ``holdout34()``, ``holdout35()``,
-  ``holdout36()``, ``holdout37()``, ``holdout38()``, ``holdout39()``, ``holdout40()``: the reported
+  ``holdout36()``, ``holdout37()``, ``holdout38()``, ``holdout39()``, ``holdout40()``,
+  ``holdout41()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
   2800-2844, 2900-2944, 3000-3044, 3100-3144, 3200-3244, 3300-3344, 3400-3444,
   3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944, 4000-4044, 4100-4144, 4200-4244,
-  4300-4344, 4400-4444)
+  4300-4344, 4400-4444, 4500-4544)
   and its cycles shifted, each generated after the rules had been chosen again
   (docs/detection-history.md says on which parts).
 
@@ -594,6 +595,13 @@ def holdout40() -> list[RunSpec]:
     return _held_out(seed0=4400, shift=42)
 
 
+def holdout41() -> list[RunSpec]:
+    """A forty-fourth held-out part, generated after the straddled spike joined the jump rule's
+    shapes (``Params.straddle_spike``; chosen on holdout35 to holdout40): its judgement.  Other
+    seeds (4500-4544), the cycles shifted by 43."""
+    return _held_out(seed0=4500, shift=43)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -701,4 +709,5 @@ PARTS = {
     "holdout38": holdout38,
     "holdout39": holdout39,
     "holdout40": holdout40,
+    "holdout41": holdout41,
 }
