@@ -2594,6 +2594,30 @@ def test_a_jump_whose_next_save_falls_back_to_the_level_is_read(tmp_path):
         assert w["fault_type"] in ("healthy", "inconclusive"), (seed, w["decision"])
 
 
+def test_a_straddled_spike_in_the_warm_up_is_read_only_past_the_warm_ups_rise():
+    """Saves every 10 steps, a linear warm-up over 150 steps: the step size x1.5 at step 60 and
+    x2.3 at 70, at its running high.  Over its level (which carries the warm-up's last rise on)
+    that is a straddled spike of x2.2-2.7, past the shape's x2; but a linear warm-up from step 0
+    raises the LR x1.4 from the save at 50 to the one at 70 (``warmup_allowance``), and at the
+    running high the shape must stand x2 over that: no jump, counted or not."""
+    for seed in range(4):
+        steps, s = _early_climb(seed, 60, 1.0)
+        j = int(np.searchsorted(steps, 60))
+        for name in _STEP_NAMES:
+            s[name][j] *= 1.5
+            s[name][j + 1] *= 2.3
+        t = Timeline.from_arrays(steps, s)
+        g, go = detect._model_steps(t)
+        starts = detect.layer_starts(t)
+        assert detect.rising(g)[j].all(), seed
+        np.testing.assert_allclose(detect.warmup_allowance(steps, 1)[j], np.log(70 / 50))
+        f = np.fmin(
+            detect.jump_score(g, "straddle_spike", starts), detect.jump_score(go, "straddle_spike", starts)
+        )
+        assert (f[j] > np.log(2.0)).sum() >= 1, seed
+        assert detect.jump_alarms(t, starts=starts, settled_high=False) == [], seed
+
+
 def test_a_spike_straddling_two_saves_is_read_where_it_began(tmp_path):
     """Saves every 250 steps, an LR jump some way into the interval ending at step 1500: the step
     size stands x1.5 at 1500 (part of the interval at the new rate), x3.2 at 1750 (all of it), and
@@ -2601,7 +2625,7 @@ def test_a_spike_straddling_two_saves_is_read_where_it_began(tmp_path):
     Mixtral and Qwen3 runs with an LR x6 43 steps before a save: x1.25-2.2, x2.1-3.7, x0.88-1.8).
     No shape of the rules before reads it: not two checkpoints x1.6 up, the spike at 1750 stands
     under x2 over a level that carries 1500's rise on, and the straddle asks for x1.6 at 2000 too;
-    the run, never settled, was ``inconclusive``.  The straddled spike reads the x3.2 over the level
+    the run was ``healthy`` or ``inconclusive``.  The straddled spike reads the x3.2 over the level
     before 1500, where 1500 rose part way: ``high_lr/jump`` dated at 1500.  Without the part-way
     rise (x1.1) and with the save after below the level, nothing is read; nor with a save missing
     around it (an interval twice as long moves the step size by itself)."""
@@ -2627,7 +2651,9 @@ def test_a_spike_straddling_two_saves_is_read_where_it_began(tmp_path):
             s[name][j] *= 1.1
             s[name][j + 1] *= 3.2
             s[name][j + 2] *= 0.85
-        w = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        t = Timeline.from_arrays(steps, s)
+        assert detect.jump_alarms(t, starts=detect.layer_starts(t)) == [], seed
+        w = judge(tmp_path, t, [])["verdict"]
         assert w["fault_type"] in ("healthy", "inconclusive"), (seed, w.get("decision"))
 
 

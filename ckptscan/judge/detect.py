@@ -138,17 +138,18 @@ class Params:
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x spike_stays over it:
     spike_stays: float = 1.0  # not below it (1.2: the rules before; Adam falls back within a long interval)
     straddle_spike: bool = True  # ... or a spike straddled: one checkpoint that rose part way, the next
-    #                              x jump_spike over the level, the one after not below it (False: the
+    #                              x jump_spike over the level (the one after not read; False: the
     #                              rules before)
     straddle_early: bool = True  # ... the straddle read before the layer settled too, where its step size is
     #                              not at its running high (``rising``; False: the rules before)
-    straddle_warmup: bool = True  # ... and at its running high too, where it stands x``jump`` over what a
+    straddle_warmup: bool = True  # ... and at its running high too, where it stands x its bar over what a
     #                                linear warm-up from step 0 could add between the saves it spans
     #                                (``warmup_allowance``; False: never there, the rules before)
     jump_rising: float = 2.0  # ... read before the layer settled while its step size stood at its running
     #                           high (``rising``): this far over it at least (0: as elsewhere, the rules before);
-    #                           not for the straddle with straddle_warmup, whose bar there is its own
-    #                           (below x2 where the saves it spans are less than x1.25 apart in steps)
+    #                           not for the straddled shapes with straddle_warmup, whose bar there is
+    #                           their own (the straddle's below x2 where the saves it spans are less
+    #                           than x1.25 apart in steps; the straddled spike's x2 at least)
     jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
     #                           an LR ramped up over a few blocks rises too little between two saves to
     #                           jump (False: the checkpoints only, the rules before)
@@ -643,7 +644,7 @@ def jump_score(
     fall_floor: float | None = None,
 ) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
-    its level before i (``_level_before``), read in one of three ``shape``s:
+    its level before i (``_level_before``), read in one of four ``shape``s:
 
     * ``"jump"``: the values at i and i + 1 both (the smaller of the two);
     * ``"straddle"``: the values at i + 1 and i + 2 both, where the value at i already rose a
@@ -694,8 +695,9 @@ def above_settled(
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the values that
     ``jump_score`` reads for ``shape`` stand above the highest value of the layer since it settled
     (``layer_starts``: from its first examined checkpoint to i - 1); +inf where the layer had not
-    settled before i (nothing to compare with), except for ``"straddle"``: NaN there (read over
-    three intervals, a warm-up that accelerates looks like a jump) unless ``straddle_early``
+    settled before i (nothing to compare with), except for the straddled shapes (``STRADDLED``):
+    NaN there (read over the interval before the one that jumped, a warm-up that accelerates looks
+    like a jump) unless ``straddle_early``
     (``jump_alarms`` then reads it where the step size is not at its running high, or past the
     warm-up's own rise, ``warmup_allowance``); NaN where
     a value read is undefined.  A restart of the schedule (cosine with warm restarts) returns the
@@ -845,7 +847,8 @@ def jump_alarms(
     before the layer settled and where its attention step size stood at its running high just
     before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
     in the straddled shapes (read before settling only with ``params.straddle_early``) only
-    ``params.jump`` times over what a linear warm-up could add across the saves it spans
+    their own bar (``params.jump``; ``params.jump_spike`` for the straddled spike) times over what
+    a linear warm-up could add across the saves it spans
     (``warmup_allowance``, with ``params.straddle_warmup``; not at all without);
     one alarm per layer that jumped, its score the smaller of the two jump factors (not a z),
     confirmed at the checkpoint that completes the evidence. Read on the timeline given: the
