@@ -2530,16 +2530,46 @@ def test_a_whole_model_jump_at_the_collapse_is_combined(tmp_path, monkeypatch):
         # two points before: the run is off since the jump, the evidence the class rests on
         v = judge(tmp_path, tl(_collapse_with_model_spike(seed, at=8)), [])["verdict"]
         assert (v["decision"], v["earliest_step"]) == ("combined/jump", STEPS[8]), seed
-        for kw in ({"out_layers": (1,)}, {"factor": 1.3}, {"at": 11}, {"at": 7}):
+        for kw in ({"out_layers": (1,)}, {"factor": 1.3}, {"at": 11}, {"at": 7, "factor": 1.3}):
             v = judge(tmp_path, tl(_collapse_with_model_spike(seed, **kw)), [])["verdict"]
             assert v["fault_type"] == "lowprec_attention", (seed, kw, v["decision"])
             assert v["earliest_step"] == STEPS[10], (seed, kw)
         # the threshold decides: just above the factor read, the rules before
         monkeypatch.setattr(classify, "COLLAPSE_JUMP", factor * 1.01)
-        assert judge(tmp_path, tl(s), [])["verdict"]["fault_type"] == "lowprec_attention", seed
+        no_before = detect.Params(jump_before=0.0)  # (the jump read before the window, test below)
+        assert judge(tmp_path, tl(s), [], params=no_before)["verdict"]["fault_type"] == "lowprec_attention"
+        assert judge(tmp_path, tl(s), [])["verdict"]["decision"] == classify.JUMP_BEFORE_PATH, seed
         monkeypatch.setattr(classify, "COLLAPSE_JUMP", factor * 0.99)
         assert judge(tmp_path, tl(s), [])["verdict"]["decision"] == "combined/jump", seed
         monkeypatch.undo()
+
+
+def test_a_whole_model_jump_before_the_decision_window_is_combined(tmp_path):
+    """A D2 collapse at checkpoint 10 with the whole model's step size jumping at one checkpoint
+    3 or 6 points before it, q/k and output projections in both layers (x1.45-1.85 as read): the
+    rules before read a one-checkpoint jump only within the 2 points before the collapse, and
+    called the run ``lowprec_attention``.  The low-precision fault moves the collapsing layer's
+    q/k only; a jump of the whole model before the collapse is the LR moving, as in a combined
+    fault whose LR jumped at its onset and whose attention broke some saves later:
+    ``combined/jump-before`` (``Params.jump_before`` = 1.25), dated from the jump.  Not where the
+    jump reads under x1.25 (x1.3 before the decay: x1.06 or so), or only the collapsing layer's
+    projection moved."""
+    for seed in range(4):
+        for at in (7, 4):
+            s = _collapse_with_model_spike(seed, at=at)
+            old = judge(tmp_path, tl(s), [], params=detect.Params(jump_before=0.0))["verdict"]
+            assert (old["fault_type"], old["earliest_step"]) == ("lowprec_attention", STEPS[10]), (seed, at)
+            v = judge(tmp_path, tl(s), [])["verdict"]
+            assert (v["fault_type"], v["decision"], v["earliest_step"]) == (
+                "combined",
+                classify.JUMP_BEFORE_PATH,
+                STEPS[at],
+            ), (seed, at, v["decision"])
+            factor = cast(detect.ModelJump, detect.model_jump(tl(s))).factor[at]
+            assert factor >= 1.25 and f"jumped x{factor:.2f}" in v["reason"], (seed, at)
+        for kw in ({"at": 7, "factor": 1.3}, {"at": 7, "out_layers": (1,)}):
+            v = judge(tmp_path, tl(_collapse_with_model_spike(seed, **kw)), [])["verdict"]
+            assert v["fault_type"] == "lowprec_attention", (seed, kw, v["decision"])
 
 
 def test_a_jump_at_or_after_the_divergence_or_the_collapse_is_not_read():

@@ -14,6 +14,9 @@ it). A run counted here may take another path (the step size grew before the col
 it): these are the runs the reading is taken on, not those it changes. Default ``Params`` (what
 ``score.py`` analyses with). Reads only the stored timelines.
 
+``--reading before``: the largest such jump at any checkpoint before the collapse, up to its
+trigger: the margin the ``combined/jump-before`` path (``detect.Params.jump_before``) sits in.
+
 ``--reading projections``: the same for the ``combined/projections-up`` path
 (``classify.PROJ_RISE``): the output projections' step size over where it stood 1/3 to 2 settling
 times before, across the model (``detect.projections_rise``), read at the same checkpoints.
@@ -33,9 +36,10 @@ from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository r
 
 
 def jump_at_collapse(result, reading: str = "jump") -> float | None:
-    """The largest one-checkpoint whole-model jump factor (``reading`` "jump") or projections' rise
-    (``reading`` "projections") next to the run's deciding collapse, read as the classifier reads it
-    (None: no collapse decides, or nothing read there)."""
+    """The largest one-checkpoint whole-model jump factor (``reading`` "jump"; "before": at any
+    checkpoint before the collapse) or projections' rise (``reading`` "projections") next to the
+    run's deciding collapse, read as the classifier reads it (None: no collapse decides, or nothing
+    read there)."""
     from ckptscan.judge import classify, detect, verdict
 
     det = detect.run_detection(result.timeline)
@@ -43,19 +47,23 @@ def jump_at_collapse(result, reading: str = "jump") -> float | None:
     collapse = classify.collapse_at(classify.decisive(det.alarms, det.point_at_or_after(div)))
     if collapse is None:
         return None
-    values = det.model_jump if reading == "jump" else det.proj_rise
-    read = classify.jump_with(verdict.before_divergence(values, div), *collapse)
+    values = det.proj_rise if reading == "projections" else det.model_jump
+    window = collapse[0] if reading == "before" else classify.DECISION_WINDOW
+    read = classify.jump_with(verdict.before_divergence(values, div), *collapse, window=window)
     return None if read is None else read[0]
 
 
 def main(argv=None) -> int:
     ap = margin_cli.parser(__doc__)
-    ap.add_argument("--reading", choices=("jump", "projections"), default="jump")
+    ap.add_argument("--reading", choices=("jump", "before", "projections"), default="jump")
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
     from ckptscan.judge.classify import COLLAPSE_JUMP, PROJ_RISE
+    from ckptscan.judge.detect import Params
 
-    threshold = COLLAPSE_JUMP if args.reading == "jump" else PROJ_RISE
+    threshold = {"jump": COLLAPSE_JUMP, "before": Params().jump_before, "projections": PROJ_RISE}[
+        args.reading
+    ]
 
     read: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for root in args.ana:

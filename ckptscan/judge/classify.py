@@ -37,7 +37,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ckptscan.judge.detect import COLLAPSE_JUMP, Alarm, ModelJump
+from ckptscan.judge.detect import COLLAPSE_JUMP, Alarm, ModelJump, Params
 from ckptscan.judge.faults import UNKNOWN
 from ckptscan.layouts.config import as_int
 
@@ -56,6 +56,10 @@ LR_ROLES = ("step_size", "second_order")
 # (``LONE_PATH``), not ``combined`` (False: the rules before)
 LONE_COLLAPSE = True
 LONE_PATH = "high_lr/lone-collapse"
+
+# the decision path of a collapse read as combined from a whole-model jump that came before the
+# decision window (``detect.Params.jump_before``)
+JUMP_BEFORE_PATH = "combined/jump-before"
 
 # the decision path of a loss that diverged with no monitor alarm (``_loss_diverged``)
 LOSS_DIVERGED = "unknown/loss-diverged"
@@ -87,6 +91,9 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     # counted on holdout20 to holdout24, the parts the path was chosen on (it came after the count
     # above): every run it took there had a too-large LR alone
     LONE_PATH: (5, 5),  # a collapse in one head alone, after the step size grew or with it
+    # counted on holdout35 to holdout41, the parts the path was chosen on (it came after the count
+    # above): 5 combined runs, 2 too-large-LR runs whose LR jump was followed by a collapse
+    JUMP_BEFORE_PATH: (5, 7),  # a collapse after a whole-model jump x jump_before, before the window
 }
 
 
@@ -129,6 +136,7 @@ def classify(
     model_jump: ModelJump | None = None,
     divergence: int | None = None,
     proj_rise: ModelJump | None = None,
+    jump_before: float = Params.jump_before,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
@@ -147,9 +155,20 @@ def classify(
     apply): a run whose loss diverged is never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``).
     ``proj_rise``: per checkpoint, the output projections' step size over where it stood 1/3 to 2
     settling times before, across the model (``detect.projections_rise``; NaN unread or at/after
-    the divergence; None: nothing to read)."""
+    the divergence; None: nothing to read).  ``jump_before`` (``detect.Params.jump_before``): the
+    factor of a whole-model jump at any checkpoint before a collapse that makes it ``combined``
+    (``JUMP_BEFORE_PATH``; 0: not read)."""
     verdict = _verdict(
-        alarms, overflow, n_layers, coverage, horizon, proj_broad, model_jump, divergence, proj_rise
+        alarms,
+        overflow,
+        n_layers,
+        coverage,
+        horizon,
+        proj_broad,
+        model_jump,
+        divergence,
+        proj_rise,
+        jump_before,
     )
     note = uncounted_jump(uncounted or [], n_layers, horizon, steps)
     if note is not None:
@@ -206,6 +225,7 @@ def _verdict(
     model_jump: ModelJump | None = None,
     divergence: int | None = None,
     proj_rise: ModelJump | None = None,
+    jump_before: float = Params.jump_before,
 ) -> dict:
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
@@ -263,6 +283,7 @@ def _verdict(
         model_jump,
         (coverage or {}).get("settled_step"),
         proj_rise,
+        jump_before,
     )
     if since is not None:  # evidence that is not an alarm (``combined/jump``): the run is off since it
         earliest = min(cast(int, earliest), since)
@@ -418,16 +439,20 @@ def _projections_calm(proj_broad: np.ndarray | None, s0: int, since: int | None 
     return bool(np.isfinite(around).any()) and not bool((around == 1).any())
 
 
-def jump_with(model_jump: ModelJump | None, s0: int, until: int) -> tuple[float, int] | None:
+def jump_with(
+    model_jump: ModelJump | None, s0: int, until: int, window: int = DECISION_WINDOW
+) -> tuple[float, int] | None:
     """(factor, step) of the largest one-checkpoint whole-model step-size jump
     (``detect.model_jump``) at the checkpoints of the collapse's point ``s0`` and of the
-    ``DECISION_WINDOW`` points before it, up to the collapse's trigger step ``until`` (None: none
-    read there).  After the collapse, not read: a collapsing layer moves.  ``combined/jump`` where
-    the factor reaches ``COLLAPSE_JUMP``.  Read the same way on ``detect.projections_rise``
-    (``combined/projections-up`` where it reaches ``PROJ_RISE``)."""
+    ``window`` points before it (``DECISION_WINDOW``; ``s0``: every point before it), up to the
+    collapse's trigger step ``until`` (None: none read there).  After the collapse, not read: a
+    collapsing layer moves.  ``combined/jump`` where the factor reaches ``COLLAPSE_JUMP`` within
+    ``DECISION_WINDOW``, ``JUMP_BEFORE_PATH`` where it reaches ``Params.jump_before`` before that.
+    Read the same way on ``detect.projections_rise`` (``combined/projections-up`` where it
+    reaches ``PROJ_RISE``)."""
     if model_jump is None:
         return None
-    near = (model_jump.point >= s0 - DECISION_WINDOW) & (model_jump.point <= s0) & (model_jump.step <= until)
+    near = (model_jump.point >= s0 - window) & (model_jump.point <= s0) & (model_jump.step <= until)
     read = np.flatnonzero(near & np.isfinite(model_jump.factor))
     if not len(read):
         return None
@@ -442,6 +467,7 @@ def _signature(
     model_jump: ModelJump | None = None,
     settled_step: int | None = None,
     proj_rise: ModelJump | None = None,
+    jump_before: float = Params.jump_before,
 ) -> tuple[str, str, str, list[Alarm], int | None]:
     """(fault class, decision path, reason, the alarms that decided) from the alarms, in trigger
     order.
@@ -461,7 +487,10 @@ def _signature(
       them alone):
       ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
       jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
-      collapse or within the window before it (``model_jump``): ``combined/jump``; else, where
+      collapse or within the window before it (``model_jump``): ``combined/jump``; else, where it
+      jumped x``jump_before`` at one checkpoint anywhere before that (``JUMP_BEFORE_PATH``: the LR
+      moved before the collapse; this jump, like the one above, also rules out the projections-calm
+      reading); else, where
       the output projections' step size stood x``PROJ_RISE`` over where it was 1/3 to 2 settling
       times before, across the model, at one of those checkpoints (``proj_rise``):
       ``combined/projections-up``; else ``lowprec_attention``;
@@ -521,7 +550,17 @@ def _signature(
         spike = jump_with(model_jump, s0, until)
         if spike is not None and not spike[0] >= COLLAPSE_JUMP:
             spike = None
-        if why is not None and not jump_near and spike is None and _projections_calm(proj_broad, s0, u0):
+        # ... or a smaller one at any checkpoint before the collapse: the LR moved before it
+        before = jump_with(model_jump, s0, until, window=s0) if spike is None and jump_before > 0 else None
+        if before is not None and not before[0] >= jump_before:
+            before = None
+        if (
+            why is not None
+            and not jump_near
+            and spike is None
+            and before is None
+            and _projections_calm(proj_broad, s0, u0)
+        ):
             return (
                 "lowprec_attention",
                 "lowprec_attention/projections-calm",
@@ -543,6 +582,19 @@ def _signature(
                     f"step {at}, with it or just before, the whole model's step size jumped x{factor:.1f}, "
                     f"the attention q/k updates and the output projections together (a step size the "
                     f"low-precision fault cannot make)"
+                ),
+                window,
+                at,
+            )
+        if why is None and before is not None:
+            factor, at = before
+            return (
+                "combined",
+                JUMP_BEFORE_PATH,
+                (
+                    f"D2 spectral entropy {where}, and before it, at step {at}, the whole model's step "
+                    f"size jumped x{factor:.2f} at one checkpoint, the attention q/k updates and the output "
+                    f"projections together (the LR moved; the low-precision fault moves q/k only)"
                 ),
                 window,
                 at,

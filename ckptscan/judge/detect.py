@@ -194,6 +194,11 @@ class Params:
     logits_lone: bool = True  # a layer's logits alarm (||M|| growth) with no other layer's within
     #                           ``persist`` points is dropped, in a model of two layers or more
     #                           (``_drop_lone_logits``; False: kept, until the holdout37 freeze)
+    jump_before: float = 1.25  # the classifier: a collapse read alone is ``combined`` where the whole
+    #                            model's step size jumped x this at one checkpoint anywhere before it,
+    #                            q/k and output projections together (``detect.model_jump``;
+    #                            ``classify.JUMP_BEFORE_PATH``; 0: only x``COLLAPSE_JUMP`` within the
+    #                            decision window, the rules before)
     proj_near: float = 6.0  # the output projections' rise at a collapse (``projections_rise``, evidence
     #                         for the classifier) is read against their level from ``RISE_SPAN`` settling
     #                         times to 1/this of that before (3: until the holdout33 freeze)
