@@ -2517,8 +2517,8 @@ def test_a_whole_model_jump_at_the_collapse_is_combined(tmp_path, monkeypatch):
     output projections in both layers: no step-size alarm (one checkpoint), so the rules before
     ``model_jump`` called it ``lowprec_attention``.  The jump is a step size the low-precision
     fault cannot make: ``combined/jump``, dated from the jump where it came first.  Not where only
-    the collapsing layer's projection moved, the jump is small, it came after the collapse or more
-    than 2 points before it."""
+    the collapsing layer's projection moved, the jump is small, or it came after the collapse (more
+    than 2 points before it: ``combined/jump-before``, the test below)."""
     for seed in range(4):
         s = _collapse_with_model_spike(seed)
         v = judge(tmp_path, tl(s), [])["verdict"]

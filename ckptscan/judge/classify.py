@@ -16,7 +16,8 @@ paths and what the corpus showed):
   output projections' step size off across layers around it where the layout names them (the
   low-precision fault does not reach them); or a collapse next to one checkpoint at which the
   whole model's step size jumped, the output projections too (``detect.model_jump``: the run
-  broke before a second checkpoint could show it).
+  broke before a second checkpoint could show it), or at one checkpoint anywhere before it, by
+  less (``JUMP_BEFORE_PATH``: the LR jumped at the fault's onset, the attention broke later).
 * ``overflow``: NaN/Inf in weights with no earlier monitor alarm to explain it.
 * ``healthy``: no sustained alarm and no overflow, over at least ``Params.min_examined`` points
   examined after the run settled.
@@ -115,7 +116,8 @@ _WHOLE_MODEL = {
 
 def confidence(path: str) -> float:
     """The share of verdicts taken along ``path`` that had the right class on the calibration runs
-    (``CONFIDENCE``; ``LONE_PATH``'s on the parts it was chosen on), with one right and one wrong
+    (``CONFIDENCE``; ``LONE_PATH``'s and ``JUMP_BEFORE_PATH``'s on the parts each was chosen on),
+    with one right and one wrong
     verdict added (so that few runs give a cautious number): (right + 1) / (runs + 2); 0 for
     ``LOSS_DIVERGED``, which names no class."""
     if path == LOSS_DIVERGED:
@@ -285,7 +287,9 @@ def _verdict(
         proj_rise,
         jump_before,
     )
-    if since is not None:  # evidence that is not an alarm (``combined/jump``): the run is off since it
+    if (
+        since is not None
+    ):  # evidence that is not an alarm (``combined/jump``, ``JUMP_BEFORE_PATH``): off since it
         earliest = min(cast(int, earliest), since)
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
@@ -444,10 +448,11 @@ def jump_with(
 ) -> tuple[float, int] | None:
     """(factor, step) of the largest one-checkpoint whole-model step-size jump
     (``detect.model_jump``) at the checkpoints of the collapse's point ``s0`` and of the
-    ``window`` points before it (``DECISION_WINDOW``; ``s0``: every point before it), up to the
+    ``window`` points before it (``DECISION_WINDOW``; ``s0``: every point up to it), up to the
     collapse's trigger step ``until`` (None: none read there).  After the collapse, not read: a
     collapsing layer moves.  ``combined/jump`` where the factor reaches ``COLLAPSE_JUMP`` within
-    ``DECISION_WINDOW``, ``JUMP_BEFORE_PATH`` where it reaches ``Params.jump_before`` before that.
+    ``DECISION_WINDOW``, ``JUMP_BEFORE_PATH`` where it reaches ``Params.jump_before`` at any point
+    up to ``s0`` (that window included, where ``COLLAPSE_JUMP`` is not reached).
     Read the same way on ``detect.projections_rise`` (``combined/projections-up`` where it
     reaches ``PROJ_RISE``)."""
     if model_jump is None:
@@ -488,9 +493,10 @@ def _signature(
       ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
       jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
       collapse or within the window before it (``model_jump``): ``combined/jump``; else, where it
-      jumped x``jump_before`` at one checkpoint anywhere before that (``JUMP_BEFORE_PATH``: the LR
-      moved before the collapse; this jump, like the one above, also rules out the projections-calm
-      reading); else, where
+      jumped x``jump_before`` at one checkpoint anywhere up to the collapse's point, that window
+      included (``JUMP_BEFORE_PATH``: the LR moved before the collapse; this jump, like the one
+      above, also rules out the projections-calm reading, so that a collapse with the step size
+      growing takes the combined path its step-size alarms name); else, where
       the output projections' step size stood x``PROJ_RISE`` over where it was 1/3 to 2 settling
       times before, across the model, at one of those checkpoints (``proj_rise``):
       ``combined/projections-up``; else ``lowprec_attention``;
