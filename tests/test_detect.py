@@ -846,6 +846,23 @@ def test_the_output_projections_step_size_tells_combined_from_lowprec(tmp_path):
         assert v["fault_type"] == "combined", (seed, v["decision"])
 
 
+def test_a_whole_model_jump_before_rules_out_the_projections_calm_reading(tmp_path):
+    """The q/k updates jump with the collapse and the output projections stay calm: the
+    low-precision fault's own signature (``lowprec_attention/projections-calm``).  Where the whole
+    model's step size, the projections too, jumped x2 at one checkpoint 4 points before the
+    collapse, the LR moved: with ``Params.jump_before`` the calm reading is ruled out and the
+    collapse takes the combined path its step-size alarms name, dated by them; without it, the
+    rules before, projections-calm."""
+    for seed in range(4):
+        s = _collapse_with_qk_jump(seed, [1])
+        for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
+            s[name][6] *= 2.0
+        old = judge(tmp_path, tl(s), [], params=detect.Params(jump_before=0.0))["verdict"]
+        assert old["decision"] == "lowprec_attention/projections-calm", seed
+        v = judge(tmp_path, tl(s), [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("combined/together", old["earliest_step"]), seed
+
+
 def test_output_projection_breadth_needs_two_layers():
     """``_proj_broad``: 1 where at least half of the scored layers' projections score above
     z_accept, and two of them at least, 0 where not, NaN where fewer than two layers are scored;
