@@ -14,8 +14,9 @@ it). A run counted here may take another path (the step size grew before the col
 it): these are the runs the reading is taken on, not those it changes. Default ``Params`` (what
 ``score.py`` analyses with). Reads only the stored timelines.
 
-``--reading before``: the largest such jump at any checkpoint before the collapse, up to its
-trigger: the margin the ``combined/jump-before`` path (``detect.Params.jump_before``) sits in.
+``--reading before``: the largest such jump at any checkpoint up to the collapse's point (the
+window above included), up to its trigger: the margin the ``combined/jump-before`` path
+(``detect.Params.jump_before``) sits in.
 
 ``--reading projections``: the same for the ``combined/projections-up`` path
 (``classify.PROJ_RISE``): the output projections' step size over where it stood 1/3 to 2 settling
@@ -37,7 +38,7 @@ from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository r
 
 def jump_at_collapse(result, reading: str = "jump") -> float | None:
     """The largest one-checkpoint whole-model jump factor (``reading`` "jump"; "before": at any
-    checkpoint before the collapse) or projections' rise (``reading`` "projections") next to the
+    checkpoint up to the collapse) or projections' rise (``reading`` "projections") next to the
     run's deciding collapse, read as the classifier reads it (None: no collapse decides, or nothing
     read there)."""
     from ckptscan.judge import classify, detect, verdict

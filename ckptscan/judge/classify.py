@@ -117,9 +117,8 @@ _WHOLE_MODEL = {
 def confidence(path: str) -> float:
     """The share of verdicts taken along ``path`` that had the right class on the calibration runs
     (``CONFIDENCE``; ``LONE_PATH``'s and ``JUMP_BEFORE_PATH``'s on the parts each was chosen on),
-    with one right and one wrong
-    verdict added (so that few runs give a cautious number): (right + 1) / (runs + 2); 0 for
-    ``LOSS_DIVERGED``, which names no class."""
+    with one right and one wrong verdict added (so that few runs give a cautious number):
+    (right + 1) / (runs + 2); 0 for ``LOSS_DIVERGED``, which names no class."""
     if path == LOSS_DIVERGED:
         return 0.0
     right, runs = CONFIDENCE.get(path, (0, 0))
@@ -287,9 +286,8 @@ def _verdict(
         proj_rise,
         jump_before,
     )
-    if (
-        since is not None
-    ):  # evidence that is not an alarm (``combined/jump``, ``JUMP_BEFORE_PATH``): off since it
+    # evidence that is not an alarm (``combined/jump``, ``JUMP_BEFORE_PATH``): the run is off since it
+    if since is not None:
         earliest = min(cast(int, earliest), since)
     # when a monitor reading the checkpoints as they came could have raised it: the first alarm
     # to complete its persistence rule (not necessarily the one that started earliest)
@@ -598,7 +596,7 @@ def _signature(
                 "combined",
                 JUMP_BEFORE_PATH,
                 (
-                    f"D2 spectral entropy {where}, and before it, at step {at}, the whole model's step "
+                    f"D2 spectral entropy {where}, and at or before it, at step {at}, the whole model's step "
                     f"size jumped x{factor:.2f} at one checkpoint, the attention q/k updates and the output "
                     f"projections together (the LR moved; the low-precision fault moves q/k only)"
                 ),

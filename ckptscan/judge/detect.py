@@ -40,8 +40,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    between two saves; or ``jump_spike`` times at one checkpoint, the next not below the level (``spike_stays``):
    Adam takes a jump and falls back within a long interval; or ``jump_spike`` times at the one
    after a checkpoint that rose part way (``straddle_spike``: a spike between two saves); these
-   three where the saves are evenly spaced), and above anything it had since the layer settled, in three quarters of the
-   layers read (two at least where two or more are).  A too-large LR that jumps moves the whole
+   three where the saves are evenly spaced), and above anything it had since the layer settled,
+   in three quarters of the layers read (two at least where two or more are).  A too-large LR that jumps moves the whole
    model at once; a warm-up rises gradually, a restart returns to a level already seen, and the
    low-precision fault leaves the output projections alone.  A shift alarm (4.) likewise counts
    only where the step size is above its settled high (``above_settled``).  A jump that stays below
@@ -683,13 +683,13 @@ def jump_score(
             up = np.minimum(g[i], g[i + 1]) - level
         elif shape == "straddle":
             up = np.minimum(g[i + 1], g[i + 2]) - level
-            ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
         elif shape == "straddle_spike":
             up = g[i + 1] - level
-            ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
         else:  # spike
             up = g[i] - level
             ok &= g[i + 1] - level >= np.log(stays)
+        if shape in STRADDLED:  # the value at i rose part way: a quarter of the way, x PART_RISE at least
+            ok &= g[i] - level >= np.maximum(0.25 * up, np.log(PART_RISE))
     out[i] = np.where(ok, up, np.nan)
     return out
 
