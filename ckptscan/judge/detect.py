@@ -15,7 +15,8 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    the run's settling time are scored in blocks (medians), so that every rule below, counted in
    points, means the same at any save cadence; and in blocks large enough that at most
    ``max_points`` points follow the settling: a run saved ten times as often is not given ten
-   times the chances of a chance alarm.
+   times the chances of a chance alarm; but small enough (``block_fit``) to leave a baseline
+   ``window`` of points scored after it: a run that settles late is not left unexamined.
 3. *Scores* per column (``score_self``): each ``Detector`` knows how healthy training moves its
    series: ``level`` series (D2 entropies) hover around a level; ``rate`` series (update ratios,
    ||D3||/||D2||, logits) trend, so the change of their log per point is scored, against "no
@@ -130,6 +131,7 @@ class Params:
     max_points: int = 40  # ... and in blocks large enough that no more than this many points follow the
     #                       run's settling (0: no bound): each point is a chance of a chance alarm
     min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
+    block_fit: bool = True  # ... but no larger than leave a baseline window of points scored after it
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
     )
@@ -1687,7 +1689,9 @@ def block_size(timeline, starts: np.ndarray, params: Params = Params()) -> int:
     leave ``params.max_points`` points (or fewer) after that settling: every point of every series
     is a chance for noise to pass the persistence rule, and a run saved every 10 steps that
     settles early would otherwise be scored on many times the points of the same run saved every
-    100."""
+    100.  With ``params.block_fit``, at most as many as leave ``params.window`` points scored after
+    the settling (``_fit_block``): a run that settles late at a fine cadence (step 600 of 1,000,
+    saved every 10 steps) had none left in blocks of a quarter of its settling time."""
     steps = np.asarray(timeline.steps, dtype=np.float64)
     first = int(starts.min()) if len(starts) else len(steps)
     if first >= len(steps) or len(steps) < 2:
@@ -1696,6 +1700,21 @@ def block_size(timeline, starts: np.ndarray, params: Params = Params()) -> int:
     k = max(1, int(params.block * steps[first] // max(spacing, 1.0)))
     if params.max_points:  # no more than max_points points after the run settled
         k = max(k, -(-(len(steps) - first) // params.max_points))
+    if params.block_fit:  # and no fewer than a baseline window of points scored after it
+        k = _fit_block(k, len(steps), first, params)
+    return k
+
+
+def _fit_block(k: int, n: int, first: int, params: Params) -> int:
+    """The largest block up to ``k`` (at least 1) that leaves ``params.window`` points scored after
+    a settling at checkpoint ``first`` of ``n``: the blocks from the settling's on, less the first
+    values that never enter a baseline and the history a series needs before it is scored."""
+
+    def scored(k: int) -> int:
+        return -(-n // k) - -(-first // k) - params.warmup_skip - params.min_history
+
+    while k > 1 and scored(k) < params.window:
+        k -= 1
     return k
 
 
