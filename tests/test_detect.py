@@ -712,7 +712,14 @@ def test_a_run_that_settles_late_keeps_a_baseline_window_of_points(tmp_path):
         assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "inconclusive", seed
         d = detect.run_detection(t)
         assert d.points >= detect.Params().window and d.alarms == [], (seed, d.points, d.alarms)
-        assert judge(tmp_path, t, [])["verdict"]["fault_type"] == "healthy", seed
+        out = judge(tmp_path, t, [])
+        cov = out["detection"]["coverage"]
+        assert out["verdict"]["fault_type"] == "healthy", seed
+        # the verdict says from where the run was examined: what began before is in its baseline
+        said = (
+            f"examined from step {cov['first_examined_step']} (the run settled at step {cov['settled_step']})"
+        )
+        assert said in out["verdict"]["reason"], out["verdict"]["reason"]
         s["attn.D2.entropy2"][steps > 800, 1, :2] = 0.1
         t = Timeline.from_arrays(steps, s)
         assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "inconclusive", seed
