@@ -253,7 +253,6 @@ def _verdict(
             "decision": "healthy",
             "evidence": [],
             "reason": "no sustained alarm on any monitor, no NaN/Inf in weights"
-            + _examined_from(coverage)
             + _unexamined(coverage)
             + _set_aside(coverage),
         }
@@ -319,20 +318,6 @@ def _set_aside(coverage: dict | None) -> str:
         f"; {d['alarms']} alarm(s) set aside on layer(s) {d['layers']} from step {d['first_step']}: the "
         f"layer (or head) stood under {d['dormant_ratio']:g} of the largest head's ||M|| there, read as "
         f"not learning yet, so those alarms were not counted (a fault that began there would be missed)"
-    )
-
-
-def _examined_from(coverage: dict | None) -> str:
-    """The words a healthy verdict adds about where the examination began: a change that began
-    before the run settled is part of the baselines it was read against (docs/detection.md, Known
-    limits); empty where the coverage does not say."""
-    first = as_int((coverage or {}).get("first_examined_step"))
-    settled = as_int((coverage or {}).get("settled_step"))
-    if first is None or settled is None:
-        return ""
-    return (
-        f"; examined from step {first} (the run settled at step {settled}): a change that began "
-        "before then is part of the baseline"
     )
 
 
