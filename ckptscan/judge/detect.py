@@ -131,7 +131,8 @@ class Params:
     max_points: int = 40  # ... and in blocks large enough that no more than this many points follow the
     #                       run's settling (0: no bound): each point is a chance of a chance alarm
     min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
-    block_fit: bool = True  # ... but no larger than leave a baseline window of points scored after it
+    block_fit: bool = True  # blocks (``block``, ``max_points``) no larger than would leave a baseline
+    #                         ``window`` of points scored after the run's settling
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
     )
@@ -1708,14 +1709,18 @@ def block_size(timeline, starts: np.ndarray, params: Params = Params()) -> int:
 def _fit_block(k: int, n: int, first: int, params: Params) -> int:
     """The largest block up to ``k`` (at least 1) that leaves ``params.window`` points scored after
     a settling at checkpoint ``first`` of ``n``: the blocks from the settling's on, less the first
-    values that never enter a baseline and the history a series needs before it is scored."""
+    values that never enter a baseline and the history a series needs before it is scored; ``k``
+    itself where none does (not even blocks of 1)."""
 
     def scored(k: int) -> int:
         return -(-n // k) - -(-first // k) - params.warmup_skip - params.min_history
 
-    while k > 1 and scored(k) < params.window:
-        k -= 1
-    return k
+    fit = k
+    while fit > 1 and scored(fit) < params.window:
+        fit -= 1
+    # where not even single checkpoints leave a window, the blocks stay as they were: a late
+    # settling is not examined on a few checkpoints that cover a sliver of its own time scale
+    return fit if scored(fit) >= params.window else k
 
 
 def coarsen(timeline, k: int) -> tuple:
