@@ -132,7 +132,7 @@ class Params:
     #                       run's settling (0: no bound): each point is a chance of a chance alarm
     min_examined: int = 5  # points scored after the run settled: fewer cannot support "healthy"
     block_fit: bool = True  # blocks (``block``, ``max_points``) no larger than would leave a baseline
-    #                         ``window`` of points scored after the run's settling
+    #                         ``window`` of points scored after the run's settling, where some block does
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
     )
@@ -1691,8 +1691,9 @@ def block_size(timeline, starts: np.ndarray, params: Params = Params()) -> int:
     is a chance for noise to pass the persistence rule, and a run saved every 10 steps that
     settles early would otherwise be scored on many times the points of the same run saved every
     100.  With ``params.block_fit``, at most as many as leave ``params.window`` points scored after
-    the settling (``_fit_block``): a run that settles late at a fine cadence (step 600 of 1,000,
-    saved every 10 steps) had none left in blocks of a quarter of its settling time."""
+    the settling, where some block does (``_fit_block``): a run that settles late at a fine cadence
+    (step 600 of 1,000, saved every 10 steps) had none left in blocks of a quarter of its settling
+    time."""
     steps = np.asarray(timeline.steps, dtype=np.float64)
     first = int(starts.min()) if len(starts) else len(steps)
     if first >= len(steps) or len(steps) < 2:
@@ -1712,8 +1713,8 @@ def _fit_block(k: int, n: int, first: int, params: Params) -> int:
     values that never enter a baseline and the history a series needs before it is scored; ``k``
     itself where none does (not even blocks of 1)."""
 
-    def scored(k: int) -> int:
-        return -(-n // k) - -(-first // k) - params.warmup_skip - params.min_history
+    def scored(size: int) -> int:
+        return -(-n // size) - -(-first // size) - params.warmup_skip - params.min_history
 
     fit = k
     while fit > 1 and scored(fit) < params.window:
