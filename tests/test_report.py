@@ -199,7 +199,7 @@ def test_an_uncounted_jump_is_shown_in_every_report():
     res = make_result(anomalous=False)
     note = "the whole model's step size jumped x3.0 or more at step 300: not counted"
     res.summary["verdict"]["uncounted_jump"] = {"step": 300, "factor": 3.0, "layers": [0, 1], "note": note}
-    res.summary["verdict"]["confidence"] = 0.17  # its own decision path's (``HEALTHY_JUMP``)
+    res.summary["verdict"]["confidence"] = 0.17  # a low one (``HEALTHY_JUMP``)
     assert validate(json.loads(json.dumps(res.summary))) == []
     assert f"not counted: {note}" in " ".join(render_terminal(res, width=400).split())
     assert "not counted: the whole model&#x27;s step size" in render_html(res) or (

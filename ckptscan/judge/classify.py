@@ -69,8 +69,8 @@ LOSS_DIVERGED = "unknown/loss-diverged"
 # did not count (``uncounted_jump``): the run may have had its LR raised
 HEALTHY_JUMP = "healthy/uncounted-jump"
 
-# Decision path -> (verdicts with the right class, verdicts) on the runs the rules were chosen on:
-# the corpus' holdout35 to holdout44 parts (133 runs each), judged with the rules of 101ae58
+# Decision path -> (verdicts with the right class, verdicts) on the seen parts of the corpus:
+# holdout35 to holdout44 (133 runs each), judged with the rules of 101ae58
 # (``benchmarks/corpus/score.py --stored --confidence`` on the ten parts together prints it).
 # ``LOSS_DIVERGED`` names no class: its confidence is 0.
 CONFIDENCE: dict[str, tuple[int, int]] = {
@@ -112,9 +112,9 @@ _WHOLE_MODEL = {
 
 
 def confidence(path: str) -> float:
-    """The share of verdicts taken along ``path`` that had the right class on the runs the rules
-    were chosen on (``CONFIDENCE``, every path counted under the same rules), with one right and
-    one wrong verdict added (so that few runs give a cautious number): (right + 1) / (runs + 2); 0
+    """The share of verdicts taken along ``path`` that had the right class on the seen corpus parts
+    (``CONFIDENCE``, every path counted under the same rules), with one right and one wrong
+    verdict added (so that few runs give a cautious number): (right + 1) / (runs + 2); 0
     for ``LOSS_DIVERGED``, which names no class."""
     if path == LOSS_DIVERGED:
         return 0.0
