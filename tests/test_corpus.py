@@ -302,3 +302,25 @@ def test_score_interval_is_the_exact_binomial_interval(k, n):
         assert hi == 1.0
     else:
         assert math.isclose(binom.cdf(k, n, hi), 0.025, rel_tol=1e-6)  # P(X <= k) at hi
+
+
+def test_score_reliability_bins_verdicts_by_confidence():
+    """``score.py``'s ``reliability``: each verdict with a confidence falls in exactly one bin, the
+    bar's 0.9 in the top one (with 1.0), 0.899 in the next; a verdict without a number in none;
+    an empty bin is kept."""
+    from benchmarks.corpus.score import reliability
+
+    rows = [
+        {"confidence": 1.0, "class_right": True},
+        {"confidence": 0.9, "class_right": False},
+        {"confidence": 0.899, "class_right": True},
+        {"confidence": 0.8, "class_right": True},
+        {"confidence": 0.0, "class_right": False},
+        {"confidence": None, "class_right": False},
+    ]
+    assert reliability(rows) == [
+        (0.9, 1.0, 1, 2),
+        (0.8, 0.9, 2, 2),
+        (0.5, 0.8, 0, 0),
+        (0.0, 0.5, 0, 1),
+    ]

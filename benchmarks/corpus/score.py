@@ -9,10 +9,10 @@ Each run folder (with a truth.json) is analysed like any run (``ckptscan.api.ana
 cached under ``--out/<run>``: a re-run only re-judges), then scored with
 ``ckptscan.drills.evaluate``. Prints what trained the runs (``generated_with``), the totals, the
 breakdown per recipe dimension (``breakdown.py``), the lead over the log-only rule per fault class,
-and the confidence check: per decision path, how many verdicts had the right class, and how often
-verdicts with confidence >= 0.9 were right. ``--confidence`` prints the table in the form
-``ckptscan.judge.classify.CONFIDENCE`` takes (only for calibration runs: the confidence is set
-there, then checked on the reported part). ``--set NAME=VALUE`` (any
+and the confidence check: per decision path, how many verdicts had the right class, how often
+verdicts with confidence >= 0.9 were right, and how often at each lower level (``reliability``).
+``--confidence`` prints the table in the form ``ckptscan.judge.classify.CONFIDENCE`` takes (only
+for calibration runs: the confidence is set there, then checked on the reported part). ``--set NAME=VALUE`` (any
 ``ckptscan.judge.detect.Params`` field, repeatable) judges the stored timelines again under other
 detection parameters: how the documented choices were compared. ``--stored`` analyses nothing and
 judges every run from its stored result alone (the current rules, or ``--set``): a part whose
@@ -100,6 +100,30 @@ def confidence_table(rows: list[dict]) -> dict[str, tuple[int, int]]:
             table[r["decision"]][0] += bool(r["class_right"])
             table[r["decision"]][1] += 1
     return {k: (v[0], v[1]) for k, v in sorted(table.items())}
+
+
+CONFIDENCE_BINS = (0.9, 0.8, 0.5, 0.0)  # lower edges: [0.9, 1], [0.8, 0.9), [0.5, 0.8), [0, 0.5)
+
+
+def reliability(rows: list[dict]) -> list[tuple[float, float, int, int]]:
+    """How often verdicts were right at each level of confidence: per ``CONFIDENCE_BINS`` bin
+    (lower, upper, right verdicts, verdicts), the verdicts with a number for a confidence, the
+    highest bin first; a bin that no verdict fell in is kept (0, 0).  The line the project's bar
+    reads is the first bin (>= 0.9); the others say whether a lower confidence is also a lower
+    hit rate, which a table counted on other parts need not give."""
+    out = []
+    upper = 1.0
+    for lower in CONFIDENCE_BINS:
+        inside = [
+            r
+            for r in rows
+            if isinstance(r.get("confidence"), (int, float))
+            and lower <= r["confidence"]
+            and (r["confidence"] < upper or upper == 1.0)
+        ]
+        out.append((lower, upper, sum(bool(r["class_right"]) for r in inside), len(inside)))
+        upper = lower
+    return out
 
 
 def misses(rows: list[dict]) -> dict:
@@ -365,6 +389,14 @@ def main(argv=None) -> int:
     sure = [r for r in rows if isinstance(r.get("confidence"), (int, float)) and r["confidence"] >= 0.9]
     print(
         f"verdicts with confidence >= 0.9: {_share(sum(bool(r['class_right']) for r in sure), len(sure))} right"
+    )
+    print(
+        "right by confidence: "
+        + ", ".join(
+            f"[{lo:.1f}, {hi:.1f}{']' if hi == 1.0 else ')'} {k}/{n}"
+            + (f" ({100 * k / n:.1f} %)" if n else "")
+            for lo, hi, k, n in reliability(rows)
+        )
     )
     if args.confidence:
         print("\nCONFIDENCE = " + json.dumps(table))
