@@ -12,11 +12,12 @@ breakdown per recipe dimension (``breakdown.py``), the lead over the log-only ru
 and the confidence check: per decision path, how many verdicts had the right class, how often
 verdicts with confidence >= 0.9 were right, and how often at each lower level (``reliability``).
 ``--confidence`` prints the table in the form ``ckptscan.judge.classify.CONFIDENCE`` takes (only
-for calibration runs: the confidence is set there, then checked on the reported part). ``--set NAME=VALUE`` (any
-``ckptscan.judge.detect.Params`` field, repeatable) judges the stored timelines again under other
-detection parameters: how the documented choices were compared. ``--stored`` analyses nothing and
-judges every run from its stored result alone (the current rules, or ``--set``): a part whose
-checkpoint weights were deleted to save disk, logs and truth.json kept, can still be judged again.
+for calibration runs: the confidence is set there, then checked on the reported part).
+``--set NAME=VALUE`` (any ``ckptscan.judge.detect.Params`` field, repeatable) judges the stored
+timelines again under other detection parameters: how the documented choices were compared.
+``--stored`` analyses nothing and judges every run from its stored result alone (the current
+rules, or ``--set``): a part whose checkpoint weights were deleted to save disk, logs and
+truth.json kept, can still be judged again.
 Rows go to ``--out/eval.json`` (``eval-<settings>.json`` with ``--set``, ``eval-stored.json`` with
 ``--stored`` alone).
 """
