@@ -324,3 +324,49 @@ def test_score_reliability_bins_verdicts_by_confidence():
         (0.5, 0.8, 0, 0),
         (0.0, 0.5, 0, 1),
     ]
+
+
+def test_twin_ceiling_reads_departures_from_the_twin_in_the_window():
+    """``benchmarks/corpus/twin_ceiling.py``'s ``departures``: the step size over the twin's is read
+    only where the output projections moved too, at the layer count the whole-model rules need,
+    and a layer's median D2 entropy under the twin's; only at checkpoints at or after the onset and
+    before the divergence."""
+    import numpy as np
+
+    from benchmarks.corpus.twin_ceiling import departures
+    from ckptscan.store.timeline import Timeline
+
+    steps = list(range(100, 1100, 100))
+    n = len(steps)
+
+    def run(qk=1.0, out=1.0, fall=0.0):
+        ratio = np.full((n, 2, 2), 0.1)
+        proj = np.full((n, 2), 0.1)
+        ent = np.full((n, 2, 2), 0.6)
+        ratio[5:] *= qk  # from step 600 on
+        proj[5:] *= out
+        ent[7:, 0] -= fall  # layer 0, from step 800 on
+        return Timeline.from_arrays(
+            steps,
+            {
+                "attn.q.update_ratio": ratio,
+                "attn.k.update_ratio": ratio.copy(),
+                "out.update_ratio": proj,
+                "attn.D2.entropy2": ent,
+            },
+        )
+
+    twin = run()
+    step, fall, read = departures(run(qk=3.0, out=3.0, fall=0.2), twin, 550, 900)
+    assert read == 3 and step == pytest.approx(3.0) and fall == pytest.approx(0.2)
+    # the q/k step size alone (the low-precision fault's own update jump) is no LR departure
+    assert departures(run(qk=3.0), twin, 550, 900)[0] == pytest.approx(1.0)
+    # nothing read after the divergence, nor before the onset
+    assert departures(run(qk=3.0, out=3.0, fall=0.2), twin, 550, 600) == (1.0, 0.0, 0)
+    assert departures(run(qk=3.0, out=3.0, fall=0.2), twin, 1100, None) == (1.0, 0.0, 0)
+    # one layer of two moving is not the model's step size (two layers needed)
+    one = run()
+    one.series["out.update_ratio"][5:, 0] *= 3.0
+    one.series["attn.q.update_ratio"][5:, 0] *= 3.0
+    one.series["attn.k.update_ratio"][5:, 0] *= 3.0
+    assert departures(one, twin, 550, None)[0] == pytest.approx(1.0)
