@@ -1262,6 +1262,45 @@ def test_a_jump_after_a_steepening_fall_is_read_against_the_last_value(tmp_path)
         assert (last > np.log(2.0)).all() and (floor < np.log(1.6)).all(), (seed, last, floor)
 
 
+def _held_then_fell(seed, spike: float = 2.8, after: float = 1.25, held: float = 1.02):
+    """``_steepening_fall``'s run with the output projections held from 200 to 300 (x``held``, a
+    rise within the save-to-save noise) before every step size falls x0.85 at 400; an LR raised
+    between 400 and 500: x``spike`` at 500, x``after`` from 600 on."""
+    steps, s = _fine_run_with_projections(seed, n=20, spacing=100, warmup=200)
+    for name in _STEP_NAMES[:2]:
+        s[name][2:] *= 0.5
+    s["out.update_ratio"][2] = s["out.update_ratio"][1] * held
+    for name in _STEP_NAMES:
+        s[name][3:] *= 0.85
+        s[name][4] *= spike / after
+        s[name][4:] *= after
+    return steps, s
+
+
+def test_a_held_value_before_a_fall_is_read_as_a_fall(tmp_path):
+    """The output projections held (x1.02) from 200 to 300, then every step size fell x0.85 at
+    400 (theirs x0.7 with their own decline); an LR raised between 400 and 500 makes it spike x2.8
+    at 500 and stay x1.25 up.  Read as a rise (the rules before, ``fall_flat=1.0``), the
+    projections' level is their value at 300, the spike x1.9 over it and the next checkpoint under
+    it: ``healthy``.  A rise under x1.05
+    (``Params.fall_flat``) is a held value, 300 to 400 a fall, and the level the value at 400:
+    ``high_lr/jump`` at 500.  Where 200 to 300 rose x1.1 (a rise), the level stays the value at 300,
+    and with no LR change the run is healthy.  (Found on ``holdout45``: an LR x4 at step 407 under
+    AdamW, saves every 100 steps, one layer's projections x1.02 from 200 to 300.)"""
+    for seed in range(4):
+        t = Timeline.from_arrays(*_held_then_fell(seed))
+        starts = detect.layer_starts(t)
+        assert (np.asarray(t.steps)[starts] == 300).all(), seed
+        old = judge(tmp_path, t, [], params=detect.Params(fall_flat=1.0))["verdict"]
+        assert old["fault_type"] == "healthy", (seed, old["decision"])
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 500), (seed, v["decision"])
+        rose = Timeline.from_arrays(*_held_then_fell(seed, held=1.1))
+        assert judge(tmp_path, rose, [])["verdict"]["fault_type"] == "healthy", seed
+        calm = Timeline.from_arrays(*_held_then_fell(seed, spike=1.0, after=1.0))
+        assert judge(tmp_path, calm, [])["verdict"]["fault_type"] == "healthy", seed
+
+
 def test_the_level_on_a_fall_against_a_hand_computation():
     """On a fall (i-3 > i-2 > i-1): the rules before, max(g[i-1], 2 g[i-2] - g[i-3]); with a floor
     f, max(g[i-1], g[i-2] - f)."""
@@ -1272,6 +1311,17 @@ def test_the_level_on_a_fall_against_a_hand_computation():
     np.testing.assert_allclose(detect._level_before(g, i, fall_floor=np.log(1.2))[0, 0], np.log(5.0))  # 6/1.2
     flat = np.log(np.array([4.0, 6.0, 4.0, 4.0]))[:, None]  # no fall: 6 > 4 after a rise
     np.testing.assert_allclose(detect._level_before(flat, i, fall_floor=np.log(1.6))[0, 0], np.log(6.0))
+    held = np.log(np.array([6.0, 6.1, 4.0, 4.0]))[:, None]  # 6 to 6.1: held, then a fall
+    np.testing.assert_allclose(detect._level_before(held, i, fall_floor=np.log(1.6))[0, 0], np.log(6.1))
+    np.testing.assert_allclose(
+        detect._level_before(held, i, fall_floor=np.log(1.6), flat=np.log(1.05))[0, 0], np.log(4.0)
+    )
+    np.testing.assert_allclose(  # a fall steeper than the floor: the value before / floor
+        detect._level_before(
+            np.log(np.array([6.0, 6.1, 3.0, 3.0]))[:, None], i, fall_floor=np.log(1.6), flat=np.log(1.05)
+        )[0, 0],
+        np.log(6.1 / 1.6),
+    )
 
 
 def _diverging_log(path, at: int, last: int = 2000) -> None:
@@ -1670,11 +1720,13 @@ def test_a_fast_growth_is_read_by_the_rise_rule_before_it_runs_away(tmp_path):
             steps, s = _fine_run_with_projections(seed, n=n, spacing=spacing, warmup=100)
             onset = int(steps[detect.layer_starts(Timeline.from_arrays(steps, s)).max()]) + 5
             grown = _lr_growth(s, steps, onset, 6.0)
-            # the rise rule alone (the jump rule's settled level and its reading of the blocks
-            # aside: they read some of these as a jump; the lift rule too, which came after)
-            before = detect.Params(rise_near=3.0, level_settled=False, jump_blocks=False, lift=0.0)
+            # the rise rule alone (the jump rule's settled level, its reading of the blocks and of
+            # a held value before a fall aside: they read some of these as a jump; the lift rule
+            # too, which came after)
+            aside = {"level_settled": False, "jump_blocks": False, "lift": 0.0, "fall_flat": 1.0}
+            before = detect.Params(rise_near=3.0, **aside)
             old = judge(tmp_path, Timeline.from_arrays(steps, grown), [], params=before)["verdict"]
-            now = detect.Params(level_settled=False, jump_blocks=False, lift=0.0)
+            now = detect.Params(**aside)
             v = judge(tmp_path, Timeline.from_arrays(steps, grown), [], params=now)["verdict"]
             assert v["decision"] == old["decision"] == "high_lr/rise", (spacing, seed)
             assert old["earliest_step"] - onset > 250, (spacing, seed)

@@ -54,8 +54,9 @@ def spikes(timeline) -> list[tuple[int, float, float]]:
     with np.errstate(invalid="ignore"):
         fall = p.fall_across_settling
         floor = detect.fall_floor(p)  # as jump_alarms reads a fall
-        lv = detect._level_before(g, i, own, fall, floor)
-        lvo = detect._level_before(go, i, own, fall, floor)
+        flat = detect.fall_flat(p)
+        lv = detect._level_before(g, i, own, fall, floor, flat)
+        lvo = detect._level_before(go, i, own, fall, floor, flat)
         qk = g[i] - lv
         up = np.minimum(qk, go[i] - lvo)
         stay = np.minimum(g[i + 1] - lv, go[i + 1] - lvo)

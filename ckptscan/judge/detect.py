@@ -161,6 +161,8 @@ class Params:
     fall_to_last: bool = True  # ... on a fall, a jump read against the last value, or, where that fell
     #                            more than x1/jump from the one before (a dip), against that one / jump
     #                            (False: against the fall before it carried on, the rules before)
+    fall_flat: float = 1.05  # ... a fall read where i - 3 to i - 2 rose less than this (flat, then a fall:
+    #                          ``_level_before``; 1.0: only where it fell, the rules before holdout46)
     level_settled: bool = True  # the jump rule reads a settled layer's level from the values it had since it
     #                             settled, not from its warm-up peak (False: the rules before)
     depth: float = 0.1  # a collapse (``depth_alarms``): a head's D2 entropy below this share of its
@@ -580,6 +582,7 @@ def _level_before(
     starts: np.ndarray | None = None,
     fall_across: bool = False,
     fall_floor: float | None = None,
+    flat: float = 0.0,
 ) -> np.ndarray:
     """The level of the log step sizes ``g`` just before checkpoints ``i``: the higher of the value
     two checkpoints before and the last value carried along its own last rise (a warm-up rises, and
@@ -601,7 +604,10 @@ def _level_before(
     ``fall_floor`` where the last fell more than that (a fall that steep is a dip, a restart's LR
     near zero); None: the fall carried on (the rules before).  Carried on, the fall from i - 3 to
     i - 2 stands above the last value wherever the fall steepened, and it steepens as a warm-up
-    ends: a jump right after it went unread."""
+    ends: a jump right after it went unread.  ``flat`` (log; ``Params.fall_flat``): i - 3 to i - 2
+    counts as a fall where it rose less than this, a step size that held and then fell (0: only
+    where it fell, the rules before): within the save-to-save noise a held value is no rise, and
+    read as one the value at i - 2 stayed the level, though the step size had fallen from it."""
     last, before = g[i - 1], g[i - 2]
     third = g[np.maximum(i - 3, 0)]
     third = np.where((np.asarray(i) >= 3).reshape((-1,) + (1,) * (g.ndim - 1)), third, np.nan)
@@ -617,13 +623,19 @@ def _level_before(
             third = np.where(settled & (ii - 3 < s0), np.nan, third)
     level = np.maximum(last + np.maximum(last - before, 0.0), before)
     with np.errstate(invalid="ignore"):
-        falling = (last < before) & (before < third)
+        falling = (last < before) & (before < third + flat)
     fell = (
         np.maximum(last, 2.0 * before - third)
         if fall_floor is None
         else np.maximum(last, before - fall_floor)
     )
     return np.where(falling, fell, level)
+
+
+def fall_flat(params: Params) -> float:
+    """The jump rule's tolerance for a held value before a fall (``_level_before``'s ``flat``):
+    log ``params.fall_flat``, 0 at 1.0 or under."""
+    return float(np.log(params.fall_flat)) if params.fall_flat > 1.0 else 0.0
 
 
 def fall_floor(params: Params) -> float | None:
@@ -650,6 +662,7 @@ def jump_score(
     stays: float = Params.spike_stays,
     fall_across: bool = Params.fall_across_settling,
     fall_floor: float | None = None,
+    flat: float = 0.0,
 ) -> np.ndarray:
     """[N, L] log step sizes -> [N, L]: at checkpoint i, how far (log) the step size stands above
     its level before i (``_level_before``), read in one of four ``shape``s:
@@ -671,7 +684,8 @@ def jump_score(
     undefined or the shape's condition fails.  ``starts``: the level of a settled layer from its
     settled values (``_level_before``); ``fall_floor``: the level on a fall (``_level_before``;
     ``jump_alarms`` passes log ``Params.jump`` where ``Params.fall_to_last``; None, the default:
-    the fall carried on, the rules before)."""
+    the fall carried on, the rules before); ``flat``: ``_level_before``'s (``jump_alarms`` passes
+    log ``Params.fall_flat``; 0, the default: the rules before)."""
     ahead = _reads(shape)[1]
     g = np.asarray(g, dtype=np.float64)
     n = g.shape[0]
@@ -679,7 +693,7 @@ def jump_score(
     if n < 3 + ahead:
         return out
     i = np.arange(2, n - ahead)
-    level = _level_before(g, i, starts, fall_across, fall_floor)
+    level = _level_before(g, i, starts, fall_across, fall_floor, flat)
     ok = np.isfinite(np.stack([g[i + d] for d in range(-2, ahead + 1)])).all(axis=0)
     with np.errstate(invalid="ignore"):
         if shape == "jump":
@@ -884,14 +898,16 @@ def jump_alarms(
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
     at_high = rising(g, params.warmup_skip)  # the attention step size at its running high (every shape)
     own = starts if params.level_settled else None  # a settled layer's level from its settled values
-    fl = fall_floor(params)  # the level on a fall
+    fl, flat = fall_floor(params), fall_flat(params)  # the level on a fall, and what counts as one
     for shape, (_, n_ahead) in JUMP_SHAPES.items():
         times = thresholds[shape]
         if times <= 0:
             continue
-        qk = jump_score(g, shape, own, params.spike_stays, params.fall_across_settling, fl)
+        qk = jump_score(g, shape, own, params.spike_stays, params.fall_across_settling, fl, flat)
         # both must have jumped (NaN where either is unread)
-        f = np.minimum(qk, jump_score(go, shape, own, params.spike_stays, params.fall_across_settling, fl))
+        f = np.minimum(
+            qk, jump_score(go, shape, own, params.spike_stays, params.fall_across_settling, fl, flat)
+        )
         with np.errstate(invalid="ignore"):
             hit = (qk > np.log(times)) & (f > np.log(times))
             high, high_o = (
