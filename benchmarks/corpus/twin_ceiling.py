@@ -23,7 +23,8 @@ either. The gentlest bars the rules use for a whole-model reading are x1.25 (the
 collapse and its company), so this is a ceiling, not a rule. Prints, per bar pair, how many fault
 runs were visible and how many of those were detected (``eval.json``: at or after the onset, before
 the divergence), then the runs that were not visible at the gentlest pair and the ones visible there
-but not detected. Reads only the stored timelines and each run's ``truth.json``.
+but not detected (how many of those had three checkpoints or more in the window, what the rules'
+persistence needs, and did harm). Reads only the stored timelines and each run's ``truth.json``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
 
 BARS = ((1.25, 0.07), (1.5, 0.15), (2.0, 0.3))  # (step-size factor, entropy fall) pairs read
+PERSIST = 3  # checkpoints in the window: what the rules' persistence needs (``Params.persist``)
 
 
 def departures(ft, tt, onset: int, divergence: int | None) -> tuple[float, float, int]:
@@ -121,7 +123,11 @@ def main(argv=None) -> int:
         f"did harm {sum(bool(r.get('harmed')) for r in hidden)}"
     )
     missed = [r for r in read if r not in hidden and not r.get("detected")]
-    print(f"visible at the gentlest bars, not detected: {len(missed)}")
+    print(
+        f"visible at the gentlest bars, not detected: {len(missed)}; of them with {PERSIST} checkpoints "
+        f"or more in the window: {sum(r['shared'] >= PERSIST for r in missed)}, harm "
+        f"{sum(bool(r.get('harmed')) for r in missed if r['shared'] >= PERSIST)}"
+    )
     for r in sorted(missed, key=lambda r: r["run"]):
         print(
             f"  {r['run']}: x{r['step']:.2f}, fall {r['fall']:.2f}, {r['shared']} checkpoints; "
