@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
+from benchmarks.corpus import breakdown, margin_cli  # noqa: E402 -- after the repository root is on sys.path
 
 BARS = ((1.25, 0.07), (1.5, 0.15), (2.0, 0.3))  # (step-size factor, entropy fall) pairs read
 PERSIST = 3  # checkpoints in the window: what the rules' persistence needs (``Params.persist``)
@@ -61,9 +61,9 @@ def departures(ft, tt, onset: int, divergence: int | None) -> tuple[float, float
     ti = [int(np.searchsorted(tt.steps, s)) for s in shared]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        up = detect.step_size(ft)[fi] - detect.step_size(tt)[ti]  # log factor per layer
-        _, fo = detect._model_steps(ft)
-        _, to = detect._model_steps(tt)
+        fg, fo = detect._model_steps(ft)
+        tg, to = detect._model_steps(tt)
+        up = fg[fi] - tg[ti]  # log factor per layer
         if np.isfinite(fo).any() and np.isfinite(to).any():
             up = np.fmin(up, fo[fi] - to[ti])  # both must move (NaN where either is unread)
         need = detect._layers_needed(up.shape[1])
@@ -104,7 +104,8 @@ def main(argv=None) -> int:
             step, fall, n = departures(
                 fault.timeline, twin.timeline, int(row["onset"]), row.get("divergence")
             )
-            read.append({**row, "step": step, "fall": fall, "shared": n, "cadence": _cadence(row["run"])})
+            cadence = breakdown.DIMENSIONS["cadence"](truth)
+            read.append({**row, "step": step, "fall": fall, "shared": n, "cadence": cadence})
     print(f"fault runs read against their healthy twin: {len(read)} ({no_twin} without a twin)")
     for bar_step, bar_fall in BARS:
         vis = [r for r in read if r["step"] >= bar_step or r["fall"] >= bar_fall]
@@ -134,14 +135,6 @@ def main(argv=None) -> int:
             f"read {r['verdict']} ({r['decision']}), harm {'yes' if r.get('harmed') else 'no'}"
         )
     return 0
-
-
-def _cadence(run: str) -> int | None:
-    """The save interval a corpus run's name carries (``-e250-``), None where it names none."""
-    for part in run.split("-"):
-        if part.startswith("e") and part[1:].isdigit():
-            return int(part[1:])
-    return None
 
 
 if __name__ == "__main__":
