@@ -3050,3 +3050,91 @@ def test_lone_logits_needs_another_layers_logits_within_persist_points():
     assert detect._drop_lone_logits(same_layer, p, {0, 1}) == []
     other = [alarm(0, 5, "structure"), alarm(1, 9, "step_size")]
     assert detect._drop_lone_logits(other, p, {0, 1}) == other
+
+
+# per layer (two), the step size (q/k) and the output projections' update ratio at steps 20-170 of
+# a plain-loop OLMoE AdamW run (1,500 steps, a 225-step warm-up, saves every 10 steps): an early
+# peak at step 30, layer 1 down to half of it by step 50, then the warm-up's steep rise
+_EARLY_SS = [(0.0550, 0.0568), (0.0597, 0.0608), (0.0480, 0.0413), (0.0461, 0.0265), (0.0541, 0.0296),
+             (0.0853, 0.0468), (0.1594, 0.0965), (0.1910, 0.1618), (0.2553, 0.1907), (0.2289, 0.1418),
+             (0.2189, 0.1721), (0.2025, 0.1623), (0.1996, 0.2096), (0.1963, 0.1942), (0.1791, 0.1901),
+             (0.1644, 0.1798)]  # fmt: skip
+_EARLY_OUT = [(0.0655, 0.0724), (0.0706, 0.0812), (0.0546, 0.0760), (0.0403, 0.0546), (0.0440, 0.0426),
+              (0.0584, 0.0497), (0.0931, 0.0769), (0.1021, 0.0851), (0.1410, 0.1093), (0.1350, 0.1052),
+              (0.1388, 0.1077), (0.1463, 0.1377), (0.1557, 0.1513), (0.1669, 0.1618), (0.1685, 0.1793),
+              (0.1721, 0.1752)]  # fmt: skip
+
+
+def _early_peak_run(seed, n=150, lr_from=None, noise=0.03):
+    """Saves every 10 steps: ``_EARLY_SS`` and ``_EARLY_OUT`` up to step 170 (per head and with their
+    own noise), then a slow decay; the LR x3 from ``lr_from`` on where given."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1) * 10
+    k = len(_EARLY_SS) + 1
+    decay = (steps[k:] / steps[k - 1]) ** -0.4
+    ss = np.vstack([[np.nan, np.nan], _EARLY_SS, np.outer(decay, _EARLY_SS[-1])])
+    out = np.vstack([[np.nan, np.nan], _EARLY_OUT, np.outer(decay, _EARLY_OUT[-1])])
+    if lr_from is not None:
+        ss[steps > lr_from] *= 3.0
+        out[steps > lr_from] *= 3.0
+    ratio = ss[:, :, None] * np.exp(noise * rng.standard_normal((n, 2, H)))
+    ent = 0.55 + noise * rng.standard_normal((n, 2, H))
+    ent[0] = np.nan
+    s = {
+        "attn.D2.entropy2": ent,
+        "attn.q.update_ratio": ratio,
+        "attn.k.update_ratio": ratio.copy(),
+        "out.update_ratio": out[:, :, None] * np.exp(noise * rng.standard_normal((n, 2, 1))),
+        "attn.M.spectral_norm": (1.0 - np.exp(-steps / 225))[:, None, None] * np.ones((n, 2, H)),
+    }
+    return steps, s
+
+
+def test_a_layer_settled_inside_the_warm_up_settles_again(tmp_path):
+    """Adam's first steps peak layer 1's step size at step 30 and halve it by step 50, so it read as
+    settled there (``_settle``) while layer 0 still rose with the warm-up; by step 90 layer 1 stood
+    x2.7 over that early peak.  Under the rules before (``resettle=0``) the run's time scale came from
+    that settling (blocks of 4 checkpoints), and the warm-up's rise read as a whole-model jump on the
+    blocks: ``high_lr/jump`` at step 110, a false alarm (a healthy plain-loop OLMoE recipe of
+    ``holdout44`` and its warm-up-cut twin).  Now layer 1 settles again from there (``_resettle``),
+    after step 110, and the run is ``healthy``; an LR x3 from step 800, after every layer settled,
+    is still ``high_lr/jump``, dated at 810."""
+    for seed in range(4):
+        steps, s = _early_peak_run(seed)
+        t = Timeline.from_arrays(steps, s)
+        before = detect.layer_starts(t, detect.Params(resettle=0.0))
+        assert steps[before[1]] == 50 and steps[before[0]] > 250, (seed, steps[before])
+        now = detect.layer_starts(t)
+        assert now[0] == before[0] and steps[now[1]] > 250, (seed, steps[now])
+        old = judge(tmp_path, t, [], params=detect.Params(resettle=0.0))["verdict"]
+        assert (old["decision"], old["earliest_step"]) == ("high_lr/jump", 110), (seed, old["decision"])
+        v = judge(tmp_path, t, [])["verdict"]
+        assert v["fault_type"] == "healthy", (seed, v["decision"])
+        raised = Timeline.from_arrays(*_early_peak_run(seed, lr_from=800))
+        v = judge(tmp_path, raised, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 810), (seed, v["decision"])
+
+
+def test_a_layer_settles_again_only_while_another_still_rises():
+    """``_resettle``'s conditions on a hand-made pair of step sizes (log): layer 1 peaks at step 20
+    and halves by step 40 (settled); layer 0 rises to step 80.  Layer 1 at x2.5 its early peak at
+    step 60, while layer 0 stands at its running high: it settles again.  Where layer 0 has stopped
+    rising by then, or the rise comes after 4 times the early peak's age (step 80), it does not."""
+    steps = np.arange(1, 13) * 10.0
+    up = np.log([np.nan, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 3.0, 2.5, 2.0, 1.5])
+    one = np.log([np.nan, 1.0, 0.7, 0.45, 1.0, 2.5, 2.6, 2.4, 2.0, 1.5, 1.0, 0.8])
+    p = detect.Params()
+    asleep = np.zeros((12, 2), dtype=bool)
+
+    def starts(g0, g1):
+        g = np.column_stack([g0, g1])
+        out = np.array([detect._settle(g[:, j], steps, asleep[:, j], p) for j in range(2)])
+        return out, detect._resettle(g, steps, asleep, out, p)
+
+    out, again = starts(up, one)
+    assert list(out) == [10, 3] and list(again) == [10, 10]  # from step 60: 2.6 at 70, halved at 110
+    flat = up.copy()
+    flat[5:] = np.log(2.0)  # layer 0 stopped rising at step 50: no warm-up left to be inside of
+    assert detect._resettle(np.column_stack([flat, one]), steps, asleep, np.array([10, 3]), p)[1] == 3
+    late = np.log([np.nan, 1.0, 0.7, 0.45, 0.5, 0.6, 0.7, 0.8, 2.5, 2.6, 2.0, 1.0])  # x2.5 at step 90
+    assert detect._resettle(np.column_stack([up, late]), steps, asleep, np.array([10, 3]), p)[1] == 3

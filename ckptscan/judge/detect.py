@@ -123,6 +123,9 @@ class Params:
         0.6931471805599453  # log 2: a layer has settled once its step size fell to half its peak
     )
     settle_age: float = 4.0  # ... or once it is this many times as old (in steps) as at that peak
+    resettle: float = 2.0  # a layer settled while another still rises settles again where its step size
+    #                        stands this many times over its early peak within ``settle_age`` times that
+    #                        peak's age (``_resettle``; 0: off, the rules before)
     dormant_ratio: float = (
         0.05  # a layer (the median of its heads' ||M||) or head below this share of the largest
         #       head's ||M|| in the model is not learning yet (``dormant``)
@@ -1665,8 +1668,9 @@ def layer_starts(
     A layer is examined once it has left its early phase, read from its weights alone (``_settle``
     of its step size, ``step_size``), counting from step 0 or from its last ``dormant``
     checkpoint: a layer that wakes up late goes through its own early phase.  A layer that has not
-    settled by the end of the run is never examined.  ``asleep``: ``dormant``'s layer mask, when
-    already at hand."""
+    settled by the end of the run is never examined.  A layer that settled while another still
+    warmed up, and then rose past twice its early peak, settles again from there (``_resettle``,
+    ``Params.resettle``).  ``asleep``: ``dormant``'s layer mask, when already at hand."""
     g = step_size(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     asleep = dormant(timeline, params)[0] if asleep is None else asleep
@@ -1674,7 +1678,58 @@ def layer_starts(
     for layer in range(g.shape[1]):
         sleep = asleep[:, layer] if layer < asleep.shape[1] else np.zeros(len(steps), dtype=bool)
         out[layer] = _settle(g[:, layer], steps, sleep, params)
+    if params.resettle and g.shape[1] > 1:
+        out = _resettle(g, steps, asleep, out, params)
     return out
+
+
+def _resettle(
+    g: np.ndarray, steps: np.ndarray, asleep: np.ndarray, out: np.ndarray, params: Params
+) -> np.ndarray:
+    """``layer_starts`` read again across the layers: a layer that settled (``out``, by ``_settle``)
+    while another had not, and whose step size then stands ``params.resettle`` times (or more) over
+    its early peak (the highest value up to its settling, since its origin) at a checkpoint t where
+    some layer that has not settled stands at its running high (the model still warms up), before
+    ``settle_age`` times the early peak's age, settles again: ``_settle`` of its values from t on.
+
+    Adam's first steps can make a layer's step size peak within a few saves and halve before the LR
+    warm-up has got far (a plain OLMoE AdamW run of 1,500 steps with a 225-step warm-up, saved every
+    10 steps: one layer settled at step 50, its step size x7 over that level by step 100, the other
+    layer settled at 270).  Read as settled, that layer set the run's time scale (its blocks) and its
+    settled high from inside the warm-up, and the warm-up's own rise read as a jump.  A too-large LR
+    after the warm-up finds every layer settled, or the other layers off their running high."""
+    new = out.copy()
+    n = len(steps)
+    ratio = np.log(params.resettle)
+    rest_high = np.full(g.shape, -np.inf)  # [N, L]: each layer's highest value before each checkpoint
+    for layer in range(g.shape[1]):
+        rest_high[:, layer] = _before(np.where(np.isfinite(g[:, layer]), g[:, layer], -np.inf))
+    with np.errstate(invalid="ignore"):
+        rising = np.isfinite(g) & (g >= rest_high)  # at its running high
+    for layer in range(g.shape[1]):
+        s = int(out[layer])
+        if s >= n:
+            continue
+        sleep = asleep[:, layer] if layer < asleep.shape[1] else np.zeros(n, dtype=bool)
+        slept = np.flatnonzero(sleep[: s + 1])
+        origin = int(slept[-1]) + 1 if len(slept) else 0
+        early = g[origin : s + 1, layer]
+        if not np.isfinite(early).any():
+            continue
+        at = origin + int(np.nanargmax(early))
+        horizon = float(steps[origin - 1]) if origin else 0.0
+        horizon += params.settle_age * max(float(steps[at]) - horizon, 1.0)
+        others = [m for m in range(g.shape[1]) if m != layer]
+        for t in range(s + 1, n):
+            unsettled = [m for m in others if out[m] > t]
+            if not unsettled or steps[t] >= horizon:
+                break
+            if g[t, layer] >= g[at, layer] + ratio and rising[t, unsettled].any():
+                masked = g[:, layer].copy()
+                masked[:t] = np.nan
+                new[layer] = _settle(masked, steps, sleep, params)
+                break
+    return new
 
 
 def head_starts(
