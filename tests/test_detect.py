@@ -3119,7 +3119,8 @@ def test_a_layer_settles_again_only_while_another_still_rises():
     """``_resettle``'s conditions on a hand-made pair of step sizes (log): layer 1 peaks at step 20
     and halves by step 40 (settled); layer 0 rises to step 80.  Layer 1 at x2.5 its early peak at
     step 60, while layer 0 stands at its running high: it settles again.  Where layer 0 has stopped
-    rising by then, or the rise comes after 4 times the early peak's age (step 80), it does not."""
+    rising by then, has settled, or the rise comes after 4 times the early peak's age (step 80), it
+    does not; a layer that was dormant reads its early peak from where it woke."""
     steps = np.arange(1, 13) * 10.0
     up = np.log([np.nan, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 3.0, 2.5, 2.0, 1.5])
     one = np.log([np.nan, 1.0, 0.7, 0.45, 1.0, 2.5, 2.6, 2.4, 2.0, 1.5, 1.0, 0.8])
@@ -3138,3 +3139,16 @@ def test_a_layer_settles_again_only_while_another_still_rises():
     assert detect._resettle(np.column_stack([flat, one]), steps, asleep, np.array([10, 3]), p)[1] == 3
     late = np.log([np.nan, 1.0, 0.7, 0.45, 0.5, 0.6, 0.7, 0.8, 2.5, 2.6, 2.0, 1.0])  # x2.5 at step 90
     assert detect._resettle(np.column_stack([up, late]), steps, asleep, np.array([10, 3]), p)[1] == 3
+    # the age bound alone: layer 0 rises to the end (never settles), still at its high at step 90
+    always = np.log([np.nan, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0])
+    assert list(starts(always, late)[0]) == [12, 3]
+    assert starts(always, late)[1][1] == 3
+    # every other layer settled (layer 0 at step 50) before layer 1 rose: nothing warms up any more
+    early = np.log([np.nan, 1.0, 2.0, 4.0, 1.8, 3.0, 5.0, 6.0, 6.5, 7.0, 7.5, 8.0])
+    out, again = starts(early, one)
+    assert list(out) == [4, 3] and list(again) == [4, 3]
+    # the early peak is read from the layer's origin: a value while it was dormant (step 20) is not it
+    dozed = np.log([np.nan, 5.0, 0.8, 1.0, 0.7, 0.45, 2.5, 2.6, 2.4, 2.0, 1.5, 1.0])
+    asleep[1, 1] = True
+    out, again = starts(up, dozed)
+    assert list(out) == [10, 5] and list(again) == [10, 11]  # peak 1.0 at 40, x2.5 at 70, age bound 100

@@ -123,9 +123,9 @@ class Params:
         0.6931471805599453  # log 2: a layer has settled once its step size fell to half its peak
     )
     settle_age: float = 4.0  # ... or once it is this many times as old (in steps) as at that peak
-    resettle: float = 2.0  # a layer settled while another still rises settles again where its step size
-    #                        stands this many times over its early peak within ``settle_age`` times that
-    #                        peak's age (``_resettle``; 0: off, the rules before)
+    resettle: float = 2.0  # a settled layer settles again where its step size stands this many times over
+    #                        its early peak while a layer that has not settled stands at its highest so far,
+    #                        within ``settle_age`` times that peak's age (``_resettle``; 0: off, the rules before)
     dormant_ratio: float = (
         0.05  # a layer (the median of its heads' ||M||) or head below this share of the largest
         #       head's ||M|| in the model is not learning yet (``dormant``)
@@ -1668,9 +1668,10 @@ def layer_starts(
     A layer is examined once it has left its early phase, read from its weights alone (``_settle``
     of its step size, ``step_size``), counting from step 0 or from its last ``dormant``
     checkpoint: a layer that wakes up late goes through its own early phase.  A layer that has not
-    settled by the end of the run is never examined.  A layer that settled while another still
-    warmed up, and then rose past twice its early peak, settles again from there (``_resettle``,
-    ``Params.resettle``).  ``asleep``: ``dormant``'s layer mask, when already at hand."""
+    settled by the end of the run is never examined.  A settled layer whose step size then stands
+    ``Params.resettle`` times over its early peak while a layer that has not settled stands at its
+    highest so far, before the age rule's bound, settles again from there (``_resettle``).
+    ``asleep``: ``dormant``'s layer mask, when already at hand."""
     g = step_size(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     asleep = dormant(timeline, params)[0] if asleep is None else asleep
@@ -1688,9 +1689,11 @@ def _resettle(
 ) -> np.ndarray:
     """``layer_starts`` read again across the layers: a layer that settled (``out``, by ``_settle``)
     while another had not, and whose step size then stands ``params.resettle`` times (or more) over
-    its early peak (the highest value up to its settling, since its origin) at a checkpoint t where
-    some layer that has not settled stands at its running high (the model still warms up), before
-    ``settle_age`` times the early peak's age, settles again: ``_settle`` of its values from t on.
+    its early peak (the highest finite value up to its settling, since its origin, as ``_settle``
+    reads it) at a checkpoint t where some layer that has not settled stands at its highest so far
+    (at or over every value it had before t: the model still warms up), before ``settle_age`` times
+    the early peak's age (counted from the origin, as ``_settle`` counts it), settles again:
+    ``_settle`` of its values from t on, which can be never (then the layer is not examined).
 
     Adam's first steps can make a layer's step size peak within a few saves and halve before the LR
     warm-up has got far (a plain OLMoE AdamW run of 1,500 steps with a 225-step warm-up, saved every
@@ -1701,11 +1704,12 @@ def _resettle(
     new = out.copy()
     n = len(steps)
     ratio = np.log(params.resettle)
-    rest_high = np.full(g.shape, -np.inf)  # [N, L]: each layer's highest value before each checkpoint
+    finite = np.where(np.isfinite(g), g, np.nan)
+    high_before = np.full(g.shape, -np.inf)  # [N, L]: each layer's highest value before each checkpoint
     for layer in range(g.shape[1]):
-        rest_high[:, layer] = _before(np.where(np.isfinite(g[:, layer]), g[:, layer], -np.inf))
+        high_before[:, layer] = _before(np.where(np.isfinite(g[:, layer]), g[:, layer], -np.inf))
     with np.errstate(invalid="ignore"):
-        rising = np.isfinite(g) & (g >= rest_high)  # at its running high
+        at_high = np.isfinite(g) & (g >= high_before)  # at or over everything it had before
     for layer in range(g.shape[1]):
         s = int(out[layer])
         if s >= n:
@@ -1713,7 +1717,7 @@ def _resettle(
         sleep = asleep[:, layer] if layer < asleep.shape[1] else np.zeros(n, dtype=bool)
         slept = np.flatnonzero(sleep[: s + 1])
         origin = int(slept[-1]) + 1 if len(slept) else 0
-        early = g[origin : s + 1, layer]
+        early = finite[origin : s + 1, layer]
         if not np.isfinite(early).any():
             continue
         at = origin + int(np.nanargmax(early))
@@ -1724,7 +1728,7 @@ def _resettle(
             unsettled = [m for m in others if out[m] > t]
             if not unsettled or steps[t] >= horizon:
                 break
-            if g[t, layer] >= g[at, layer] + ratio and rising[t, unsettled].any():
+            if g[t, layer] >= g[at, layer] + ratio and at_high[t, unsettled].any():
                 masked = g[:, layer].copy()
                 masked[:t] = np.nan
                 new[layer] = _settle(masked, steps, sleep, params)
