@@ -1700,7 +1700,8 @@ def _resettle(
     10 steps: one layer settled at step 50, its step size x7 over that level by step 100, the other
     layer settled at 270).  Read as settled, that layer set the run's time scale (its blocks) and its
     settled high from inside the warm-up, and the warm-up's own rise read as a jump.  A too-large LR
-    after the warm-up finds every layer settled, or the other layers off their running high."""
+    after the warm-up usually finds every layer settled, or the other layers off their running
+    high; not always (an LR raised while a layer had not settled can move another's settling)."""
     new = out.copy()
     n = len(steps)
     ratio = np.log(params.resettle)
