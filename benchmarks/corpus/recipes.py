@@ -22,8 +22,8 @@
   4300-4344, 4400-4444, 4500-4544, 4600-4644, 4700-4744, 4800-4844, 4900-4944, 5000-5044,
   5100-5144, 5200-5244, 5300-5344)
   and its cycles shifted, each generated after the rules had been chosen again, or (holdout45,
-  holdout46) with no rule changed and not read until judged once (docs/detection-history.md says on
-  which parts).
+  holdout46, holdout47) from code that predates the rule they were judged under, not read until
+  judged once (docs/detection-history.md says on which parts).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
@@ -642,8 +642,9 @@ def holdout46() -> list[RunSpec]:
 
 def holdout47() -> list[RunSpec]:
     """A fiftieth held-out part, trained after the held value before a fall joined the jump rule
-    (``Params.fall_flat``, frozen at 7d6e9c6 and judged on holdout46): a second judgement of those
-    rules.  Other seeds (5100-5144), the cycles shifted by 49."""
+    (``Params.fall_flat``, frozen at 7d6e9c6 and judged on holdout46), while the next rule was
+    chosen on holdout44 to holdout46 only: it was read first when judged once under that rule
+    (``Params.resettle``, bbe75e0).  Other seeds (5100-5144), the cycles shifted by 49."""
     return _held_out(seed0=5100, shift=49)
 
 
