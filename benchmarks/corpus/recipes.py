@@ -21,9 +21,9 @@
   3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944, 4000-4044, 4100-4144, 4200-4244,
   4300-4344, 4400-4444, 4500-4544, 4600-4644, 4700-4744, 4800-4844, 4900-4944, 5000-5044,
   5100-5144, 5200-5244, 5300-5344)
-  and its cycles shifted, each generated after the rules had been chosen again, or (holdout45,
-  holdout46, holdout47) from code that predates the rule they were judged under, not read until
-  judged once (docs/detection-history.md says on which parts).
+  and its cycles shifted, each generated after the rules had been chosen again, or (holdout45 to
+  holdout47) trained before the rules or table they were judged under were frozen, and not read
+  until judged once (docs/detection-history.md says on which parts).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
