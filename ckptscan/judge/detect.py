@@ -1183,9 +1183,10 @@ def _running_high(col: np.ndarray) -> np.ndarray:
 
 
 def _before(x: np.ndarray) -> np.ndarray:
-    """[N]: at each i, the highest of ``x`` before i (-inf at the first)."""
-    high = np.full(len(x), -np.inf)
-    high[1:] = np.maximum.accumulate(x)[:-1]
+    """[N] or [N, L]: at each i, the highest of ``x`` before i along the first axis (-inf at the
+    first)."""
+    high = np.full(np.shape(x), -np.inf)
+    high[1:] = np.maximum.accumulate(x, axis=0)[:-1]
     return high
 
 
@@ -1706,11 +1707,8 @@ def _resettle(
     n = len(steps)
     ratio = np.log(params.resettle)
     finite = np.where(np.isfinite(g), g, np.nan)
-    high_before = np.full(g.shape, -np.inf)  # [N, L]: each layer's highest value before each checkpoint
-    for layer in range(g.shape[1]):
-        high_before[:, layer] = _before(np.where(np.isfinite(g[:, layer]), g[:, layer], -np.inf))
-    with np.errstate(invalid="ignore"):
-        at_high = np.isfinite(g) & (g >= high_before)  # at or over everything it had before
+    # [N, L]: each layer at or over every value it had before (its highest so far)
+    at_high = np.isfinite(g) & (g >= _before(np.where(np.isfinite(g), g, -np.inf)))
     for layer in range(g.shape[1]):
         s = int(out[layer])
         if s >= n:
