@@ -485,6 +485,58 @@ def test_one_layers_step_size_is_not_broad():
         assert detect.detect(Timeline.from_arrays(steps, s)) == [], seed
 
 
+def _late_second_layer(seed, lr_from=None):
+    """Two layers saved every 100 steps: layer 1 peaks at its first update and has halved by step
+    300 (settled); layer 0 rises with the warm-up to step 900 and settles at 1300.  From step 800
+    to 1100 layer 1's q/k update ratios (and its router's) grow x1.35 a save, then shrink again:
+    that layer starting to learn, as an SGD layer does after the other settled.  ``lr_from``: from
+    that checkpoint on, both layers' update ratios grow x1.35 a save (an LR raised)."""
+    n = 24
+    at = np.arange(n)
+    d0 = np.where(at <= 8, 0.15, -0.2)
+    d1 = np.where((at >= 7) & (at <= 10), 0.3, -0.2)
+    if lr_from is not None:
+        d0 = np.where(at >= lr_from, 0.3, d0)
+        d1 = np.where(at >= lr_from, 0.3, d1)
+    s = _update_ratio_run(seed, n, d0, noise=0.01)
+    one = _update_ratio_run(seed + 50, n, d1, noise=0.01)
+    for name in s:
+        s[name][1, 0] /= 3.0  # layer 0: no big first update, its peak is the warm-up's end
+        s[name][:, 1] = one[name][:, 1]
+    s["router.update_ratio"] = s["attn.q.update_ratio"][:, :, :1].copy()
+    return np.arange(1, n + 1) * 100, s
+
+
+def test_one_layer_scored_alone_is_not_broad(tmp_path):
+    """In a two-layer model the breadth rule asked for two layers off only where two were scored
+    at that checkpoint: where one layer had settled and the other not yet (and was not scored),
+    that one layer alone started a step-size alarm.  An SGD Qwen2-MoE recipe of ``holdout49``
+    (saves every 10 steps) read so: layer 1 settled at step 130, layer 0 at 170, and layer 1's
+    router and q update ratios grew at 270 while only it was scored on the run's blocks:
+    ``high_lr/step-size`` at 270 on its healthy and data-switch runs.  Now two layers must be off
+    wherever the run scores two at all (``Params.breadth_run``): the run is healthy, and an LR
+    raised at step 1800 is read there in both layers.  A model whose other layer is never scored
+    still reads the one it has."""
+    for seed in range(4):
+        steps, s = _late_second_layer(seed)
+        t = Timeline.from_arrays(steps, s)
+        assert list(steps[detect.layer_starts(t)]) == [1300, 300], seed
+        old = detect.Params(breadth_run=False)
+        assert {a.layer for a in detect.detect(t, old)} == {1}, seed
+        assert min(a.first_step for a in detect.detect(t, old)) == 800, seed
+        assert judge(tmp_path, t, [], params=old)["verdict"]["decision"] == "high_lr/step-size", seed
+        assert detect.detect(t) == [], seed
+        assert judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]["fault_type"] == "healthy", seed
+        raised = Timeline.from_arrays(*_late_second_layer(seed, lr_from=17))
+        alarms = detect.detect(raised)
+        assert {a.layer for a in alarms} == {0, 1} and min(a.first_step for a in alarms) == 1800, seed
+        alone = {k: v.copy() for k, v in s.items()}
+        for name in alone:
+            alone[name][:, 0] = np.nan  # layer 0 never read: layer 1 is all the run has
+        alarms = detect.detect(Timeline.from_arrays(steps, alone))
+        assert {a.layer for a in alarms} == {1} and min(a.first_step for a in alarms) == 800, seed
+
+
 def _fine_run(seed, n=150, spacing=10, warmup=100, noise=0.03):
     """A run saved every ``spacing`` steps: update ratios that rise with a linear LR warm-up and
     then shrink slowly, D2 entropies at 0.65 that dip to 0.3 in layer 0 while the warm-up peaks

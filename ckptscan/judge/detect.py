@@ -119,6 +119,9 @@ class Params:
     )
     breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
     #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
+    breadth_run: bool = True  # ... in two layers at least wherever the run scores two or more layers at
+    #                           all, not only where two are scored at that checkpoint (``_broad``; False:
+    #                           one layer scored alone could start one, the rules before)
     settle_drop: float = (
         0.6931471805599453  # log 2: a layer has settled once its step size fell to half its peak
     )
@@ -2176,12 +2179,17 @@ def detector_for(timeline, name: str, detectors: Sequence[Detector] = DETECTORS)
 def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
     """[N] bool: checkpoints at which the attention step size is off (q or k update ratio scoring
     above ``z_accept``) in at least ``params.breadth`` of the layers scored there, and in two
-    layers at least where two or more are scored.  A step size is global; one layer's q/k update
-    growing alone is that layer's own affair (an attention fault makes its update jump), and a
-    router reacting to it is no step size either.  ``counts(column)``: which columns count (the
-    attention q/k update ratios by default)."""
+    layers at least where two or more are scored (with ``params.breadth_run``: where two or more
+    are scored anywhere in the run, so not where one layer is scored alone before another has
+    settled).  A step size is global; one layer's q/k update growing alone is that layer's own
+    affair (an attention fault makes its update jump; an SGD layer starting to learn after the
+    other settled), and a router reacting to it is no step size either.  ``counts(column)``:
+    which columns count (the attention q/k update ratios by default)."""
     n_off, n_scored = _layers_off(cols, params, counts)
-    return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= np.minimum(2, n_scored))
+    floor = np.minimum(2, n_scored)
+    if params.breadth_run:
+        floor = np.maximum(floor, min(2, int(n_scored.max(initial=0))))
+    return (n_scored > 0) & (n_off >= params.breadth * n_scored) & (n_off >= floor)
 
 
 def _layers_off(cols: list[_Column], params: Params, counts=None) -> tuple[np.ndarray, np.ndarray]:
