@@ -117,8 +117,10 @@ class Params:
     match_window: int = (
         4  # reference mode: defined values (after warm-up) that match heads to reference heads
     )
-    breadth: float = 0.5  # self-referenced update-ratio alarms: share of all update-ratio series that must be
-    #                       non-normal (z > z_accept) at the trigger's first checkpoint (a step size is global)
+    breadth: float = 0.5  # self-referenced update-ratio alarms: share of the layers scored there whose
+    #                       attention q/k update ratio must be non-normal (z > z_accept) at the trigger's
+    #                       first checkpoint, two layers at least where two are scored (``_broad``; a
+    #                       step size is global)
     breadth_run: bool = True  # ... in two layers at least wherever the run scores two or more layers at
     #                           all, not only where two are scored at that checkpoint (``_broad``; False:
     #                           one layer scored alone could start one, the rules before)
@@ -2180,8 +2182,9 @@ def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
     """[N] bool: checkpoints at which the attention step size is off (q or k update ratio scoring
     above ``z_accept``) in at least ``params.breadth`` of the layers scored there, and in two
     layers at least where two or more are scored (with ``params.breadth_run``: where two or more
-    are scored anywhere in the run, so not where one layer is scored alone before another has
-    settled).  A step size is global; one layer's q/k update growing alone is that layer's own
+    are scored anywhere in the run, per detector mode, so not where one layer is scored alone while
+    another is not, as before the other has settled).  That reads the whole run: a prefix of it (a
+    live watch) that ends before the other layer is scored still reads the one layer alone.  A step size is global; one layer's q/k update growing alone is that layer's own
     affair (an attention fault makes its update jump; an SGD layer starting to learn after the
     other settled), and a router reacting to it is no step size either.  ``counts(column)``:
     which columns count (the attention q/k update ratios by default)."""
