@@ -2184,10 +2184,11 @@ def _broad(cols: list[_Column], params: Params, counts=None) -> np.ndarray:
     layers at least where two or more are scored (with ``params.breadth_run``: where two or more
     are scored anywhere in the run, per detector mode, so not where one layer is scored alone while
     another is not, as before the other has settled).  That reads the whole run: a prefix of it (a
-    live watch) that ends before the other layer is scored still reads the one layer alone.  A step size is global; one layer's q/k update growing alone is that layer's own
-    affair (an attention fault makes its update jump; an SGD layer starting to learn after the
-    other settled), and a router reacting to it is no step size either.  ``counts(column)``:
-    which columns count (the attention q/k update ratios by default)."""
+    live watch) that ends before the other layer is scored still reads the one layer alone.  A
+    step size is global; one layer's q/k update growing alone is that layer's own affair (an
+    attention fault makes its update jump; an SGD layer starting to learn after the other
+    settled), and a router reacting to it is no step size either.  ``counts(column)``: which
+    columns count (the attention q/k update ratios by default)."""
     n_off, n_scored = _layers_off(cols, params, counts)
     floor = np.minimum(2, n_scored)
     if params.breadth_run:
