@@ -1910,7 +1910,7 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
         steps, s = _fine_run(seed, n=200)
         worn = _slow_wear(s, steps, 1305, 0.2, 700)
         t = Timeline.from_arrays(steps, worn)
-        old = judge(tmp_path, t, [], params=detect.Params(fall=0.0))["verdict"]
+        old = judge(tmp_path, t, [], params=detect.Params(fall=0.0, fall_high=0.0))["verdict"]
         assert old["fault_type"] == "healthy", (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, worn), [])["verdict"]
         assert (v["fault_type"], v["decision"]) == ("lowprec_attention", "lowprec_attention"), seed
@@ -1938,7 +1938,11 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
         assert min(by_hand[0]) < bar, seed  # not a checkpoint earlier
         scores = {a.layer: a.score for a in alarms}
         np.testing.assert_allclose([scores[0], scores[1]], by_hand[1], rtol=1e-5)  # the fall, per layer
-        assert detect.fall_alarms(t, detect.Params(fall=0.0)) == []
+        assert detect.fall_alarms(t, detect.Params(fall=0.0, fall_high=0.0)) == []
+        # the fall from the settled high reads it too, later (its bar is higher)
+        high = detect.fall_alarms(t, detect.Params(fall=0.0))
+        assert {(a.layer, a.shape) for a in high} == {(0, "high"), (1, "high")}, seed
+        assert high[0].first_step > first, seed
 
 
 def test_a_wear_under_the_old_bar_is_read(tmp_path):
@@ -1986,11 +1990,13 @@ def test_a_fall_is_read_against_a_window_wholly_after_the_settling(tmp_path):
         assert detect.fall_alarms(t) == [], seed
         assert judge(tmp_path, Timeline.from_arrays(steps, peak), [])["verdict"]["fault_type"] == "healthy"
         worn = Timeline.from_arrays(steps, _slow_wear(s, steps, 705, 0.2, 700))
-        first = detect.fall_alarms(worn)[0].first_step
+        window = detect.Params(fall_high=0.0)  # the window's reading alone
+        first = detect.fall_alarms(worn, window)[0].first_step
         settled = steps[detect.layer_starts(worn)]
         whole = detect.RISE_SPAN * settled.max() + settled.max()  # both layers' windows whole
         assert first >= whole and first <= 1400, (seed, first)
         assert detect.fall_alarms(worn, old)[0].first_step < first, seed
+        assert detect.fall_alarms(worn)[0].first_step <= first, seed  # the settled high reads it too
 
 
 def test_a_collapse_read_per_head_and_across_layers_names_both():
@@ -2006,6 +2012,58 @@ def test_a_collapse_read_per_head_and_across_layers_names_both():
         "collapsed in 2 head(s) of layer(s) [1] and fell across layer(s) [0, 1] (the median of each "
         "layer's heads)"
     )
+
+
+def _high_fall_by_hand(steps, med, settled, layer, at):
+    """The highest median of three values in a row of ``med[:, layer]`` from 1.5 times the layer's
+    settling step on, up to checkpoint ``at``, less the highest of the values at ``at`` .. ``at`` + 2."""
+    col = med[:, layer]
+    j0 = int(np.flatnonzero(steps >= 1.5 * settled[layer])[0])
+    high = max(np.median(col[k - 2 : k + 1]) for k in range(j0 + 2, at + 1))
+    return high - col[at : at + 3].max()
+
+
+def test_a_slow_fall_in_a_run_that_settled_late_is_read_from_its_settled_high(tmp_path):
+    """A run saved every 10 steps whose layers settle at step 600 (a 150-step warm-up; 1,500 steps
+    in all), every head losing 0.2 of D2 entropy over 600 steps from step 905: the fall rule's
+    window (two settling times to a third of that before, wholly after the settling) is whole
+    only from step 1,800, after the run ended, and the per-head tests follow a wear this slow: the
+    rules before called the run healthy (two HF OLMoE low-precision runs of ``holdout49`` and
+    ``holdout50`` and an HF Qwen3 one of ``holdout47`` were ``healthy`` so).  Each layer's median is
+    now also read against the highest it stood at (over three checkpoints) from 1.5 times its
+    settling step on (``Params.fall_high`` 0.12, ``Params.fall_high_from``): both layers 0.12
+    under it three checkpoints in a row, ``lowprec_attention``, the alarms' shape "high".  The
+    run without the wear reads nothing; a layer whose entropy stood high just after its settling
+    and came back is read by ``test_a_fall_is_read_against_a_window_wholly_after_the_settling``."""
+    for seed in range(4):
+        steps, s = _fine_run(seed, n=150, warmup=150)
+        base = Timeline.from_arrays(steps, s)
+        assert set(steps[detect.layer_starts(base)]) <= {600, 680}, seed
+        assert detect.fall_alarms(base) == [] and detect.detect(base) == [], seed
+        worn = _slow_wear(s, steps, 905, 0.2, 600)
+        t = Timeline.from_arrays(steps, worn)
+        old = detect.Params(fall_high=0.0)
+        assert detect.fall_alarms(t, old) == [], seed
+        assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "healthy", seed
+        alarms = detect.fall_alarms(t)
+        assert {(a.layer, a.shape) for a in alarms} == {(0, "high"), (1, "high")}, seed
+        assert all(a.test == "fall" and a.score >= 0.12 for a in alarms), seed
+        first = alarms[0].first_step
+        assert 905 < first < 1400, (seed, first)
+        v = judge(tmp_path, Timeline.from_arrays(steps, worn), [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("lowprec_attention", first), seed
+        # by hand: per layer, the highest median of three values in a row from 1.5 times its settling
+        # step on, less the highest of the values at a checkpoint and the next two
+        med = np.median(worn["attn.D2.entropy2"], axis=2)
+        settled = steps[detect.layer_starts(t)]
+        i = int(np.flatnonzero(steps == first)[0])
+
+        for a in alarms:
+            np.testing.assert_allclose(
+                a.score, _high_fall_by_hand(steps, med, settled, a.layer, i), rtol=1e-6
+            )
+        earlier = [_high_fall_by_hand(steps, med, settled, layer, i - 1) for layer in (0, 1)]
+        assert min(earlier) < 0.12, seed  # not a checkpoint earlier
 
 
 def test_slow_fall_against_a_direct_reading():

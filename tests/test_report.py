@@ -191,6 +191,8 @@ def test_evidence_names_the_jump_shape_and_its_factor():
         == f"{m} (lift off a held level: score = factor)"
     )
     assert data.evidence_monitor({"monitor": d, "test": "fall"}) == f"{d} (slow fall: score = entropy drop)"
+    high = {"monitor": d, "test": "fall", "shape": "high"}
+    assert data.evidence_monitor(high) == f"{d} (slow fall from its settled high: score = entropy drop)"
 
 
 def test_an_uncounted_jump_is_shown_in_every_report():

@@ -70,7 +70,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    layer settled (``fall_whole``: a window cut at the settling holds the values a layer has just
    after it, which can stand above where it goes on): the low-precision fault can wear every head
    down a little per save without collapsing any (a model whose q/k pass through a norm), under
-   the level test's window and far from 6.'s depth.
+   the level test's window and far from 6.'s depth.  A layer also counts where its median stands
+   ``fall_high`` under the highest it stood at (over three checkpoints) from ``fall_high_from``
+   times its settling step on: a run that settles late has no whole window before its end.
 9. *A step size lifted off a level it held* (``lift_alarms``), on the checkpoints, with or without
    a settling: the attention step size *and* the output projections' ``lift`` times over the level
    they held from half the steps so far to a third of that before (``LIFT_HELD``), and over the
@@ -190,6 +192,11 @@ class Params:
     #                    0.1: the rules before)
     fall_whole: bool = True  # ... read only where its reference window lies wholly after the layer
     #                          settled (False: also where the settling cut it, the rules before)
+    fall_high: float = 0.12  # ... or this far under the highest it stood at from ``fall_high_from``
+    #                          times the layer's settling step on (``_fall_from_high``; 0: off, the rules
+    #                          before the holdout51 freeze)
+    fall_high_from: float = 1.5  # ... not from the settling itself: a layer's entropy can stand high
+    #                              for a while just after it settled, and come back
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
     #                          level at the settling (or the warm-up's end: next), at two checkpoints in a
@@ -236,7 +243,8 @@ class Alarm:
     test: str = ""  # the detector's mode: "level", "rate" or "shift"; "jump": ``jump_alarms``;
     #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``; "fall": ``fall_alarms``;
     #                 "early-fall": ``early_fall_alarms``; "lift": ``lift_alarms``
-    shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it
+    shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it; test "fall": "high" where
+    #                  only the fall from the settled high counted the layer (``Params.fall_high``)
 
     def as_dict(self) -> dict:
         return {
@@ -1335,19 +1343,42 @@ def projections_rise(
     return ModelJump(np.exp(projections_over(go, steps, starts, near)), steps, point)
 
 
+def _fall_from_high(col: np.ndarray, s0: int, persist: int) -> np.ndarray:
+    """[N] fall of one layer's median D2 entropy ``col`` at each checkpoint i: the highest it stood
+    at from checkpoint ``s0`` up to i, read over three checkpoints (the highest median of three
+    defined values in a row from s0 on, ``_median3``), less the highest of its values at
+    i .. i + persist - 1; NaN where those are not all defined or no such high is there yet."""
+    n = len(col)
+    out = np.full(n, np.nan)
+    if s0 >= n:
+        return out
+    tail = np.full(n, np.nan)
+    tail[s0:] = col[s0:]
+    m = _median3(tail)
+    high = np.fmax.accumulate(np.where(np.isfinite(m), m, -np.inf))
+    for i in range(s0, n - persist + 1):
+        now = col[i : i + persist]
+        if np.isfinite(now).all() and np.isfinite(high[i]):
+            out[i] = high[i] - float(now.max())
+    return out
+
+
 def fall_levels(
     timeline,
     params: Params = Params(),
     detectors: Sequence[Detector] = DETECTORS,
     starts: np.ndarray | None = None,
+    reading: str = "window",
 ) -> list[tuple[str, np.ndarray, int]]:
     """Per D2-entropy series (``DEPTH_MONITOR``; a layout with a RoPE part has two): (name,
     [N, L] falls, need): per checkpoint and layer, how far the layer's median D2 entropy over its
     heads stands under its level ``RISE_SPAN`` settling times to a third of that before (the
     median there; the settling time as for ``rise_levels``), the least fall over
     ``params.persist`` checkpoints (``_slow_fall``); NaN where unread, or with
-    ``params.fall_whole`` where that window reached back before the layer settled.  ``need``: the
-    layers that must fall together, ``JUMP_LAYERS`` of those read (two where two or more are)."""
+    ``params.fall_whole`` where that window reached back before the layer settled; with ``reading``
+    "high", the highest it stood at from ``params.fall_high_from`` times its settling step on,
+    over three checkpoints (``_fall_from_high``).  ``need``: the layers that must fall together,
+    ``JUMP_LAYERS`` of those read (two where two or more are)."""
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     if det is None:
         return []
@@ -1370,9 +1401,13 @@ def fall_levels(
         read = np.isfinite(med).any(axis=0)
         for layer in np.flatnonzero(read).tolist():
             s0 = int(starts[layer]) if layer < len(starts) else n
-            fall[:, layer] = _slow_fall(
-                med[:, layer], steps, s0, span, max(1, params.persist), params.fall_whole
-            )
+            if reading == "high":
+                s1 = n if s0 >= n else int(np.searchsorted(steps, params.fall_high_from * steps[s0]))
+                fall[:, layer] = _fall_from_high(med[:, layer], s1, max(1, params.persist))
+            else:
+                fall[:, layer] = _slow_fall(
+                    med[:, layer], steps, s0, span, max(1, params.persist), params.fall_whole
+                )
         out.append((name, fall, _layers_needed(int(read.sum()))))
     return out
 
@@ -1393,15 +1428,29 @@ def fall_alarms(
     the last of those checkpoints; the earliest of the series where there are two.  The
     low-precision fault can wear every head's structure down a little per save (a model with
     q/k norms: no head collapses): the level test's window follows it, and no head reaches the
-    depth rule's tenth.  A healthy run's heads hover once settled."""
-    if params.fall <= 0:
+    depth rule's tenth.  A healthy run's heads hover once settled.
+
+    With ``params.fall_high``, a layer also counts where its median stands that far under the
+    highest it stood at from ``params.fall_high_from`` times its settling step on (``fall_levels``
+    with ``reading="high"``), at the same checkpoints: a run that settles after a third of its
+    length never has a window wholly after the settling.  Such an alarm's ``shape`` is "high" (its
+    score that fall) where only this reading counted the layer."""
+    if params.fall <= 0 and params.fall_high <= 0:
         return []
     steps = np.asarray(timeline.steps)
     persist = max(1, params.persist)
+    readings = fall_levels(timeline, params, detectors, starts)
+    highs = (
+        fall_levels(timeline, params, detectors, starts, reading="high")
+        if params.fall_high > 0
+        else [(name, np.full(fall.shape, np.nan), need) for name, fall, need in readings]
+    )
     best: list[Alarm] = []
-    for name, fall, need in fall_levels(timeline, params, detectors, starts):
+    for (name, fall, need), (_, high, _) in zip(readings, highs, strict=True):
         with np.errstate(invalid="ignore"):
-            fell = fall >= params.fall
+            by_window = fall >= params.fall if params.fall > 0 else np.zeros(fall.shape, bool)
+            by_high = high >= params.fall_high if params.fall_high > 0 else np.zeros(fall.shape, bool)
+        fell = by_window | by_high
         for i in range(len(steps)):
             if need == 0 or fell[i].sum() < need:
                 continue
@@ -1418,13 +1467,14 @@ def fall_alarms(
                     None,
                     int(steps[i]),
                     point,
-                    float(fall[i, layer]),
+                    float(fall[i, layer] if by_window[i, layer] else high[i, layer]),
                     Role.STRUCTURE,
                     "down",
                     int(steps[last]),
                     points,
                     int(steps[i]),
                     "fall",
+                    "" if by_window[i, layer] else "high",
                 )
                 for layer in np.flatnonzero(fell[i]).tolist()
             ]

@@ -366,7 +366,8 @@ def evidence_monitor(e: dict) -> str:
     depth (``test`` "depth") that its score is the fall from the head's settled level; a slow rise
     (``test`` "rise") that its score is the rise factor, and a lift off a held level (``test``
     "lift") its lift factor; a slow fall across the model (``test``
-    "fall") that its score is how far the layer's median D2 entropy fell (of 1); a fall before an
+    "fall") that its score is how far the layer's median D2 entropy fell (of 1; shape "high": from
+    the highest it stood at since its settling); a fall before an
     unseen divergence (``test`` "early-fall") that its score is the fall factor."""
     m = str(e.get("monitor", ""))
     if e.get("test") == "depth":
@@ -376,6 +377,8 @@ def evidence_monitor(e: dict) -> str:
     if e.get("test") == "lift":
         return f"{m} (lift off a held level: score = factor)"
     if e.get("test") == "fall":
+        if e.get("shape") == "high":
+            return f"{m} (slow fall from its settled high: score = entropy drop)"
         return f"{m} (slow fall: score = entropy drop)"
     if e.get("test") == "early-fall":
         return f"{m} (fall before the divergence: score = fall factor)"
