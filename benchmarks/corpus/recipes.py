@@ -13,14 +13,15 @@
   ``holdout31()``, ``holdout32()``, ``holdout33()``, ``holdout34()``, ``holdout35()``,
   ``holdout36()``, ``holdout37()``, ``holdout38()``, ``holdout39()``, ``holdout40()``,
   ``holdout41()``, ``holdout42()``, ``holdout43()``, ``holdout44()``, ``holdout45()``,
-  ``holdout46()``, ``holdout47()``, ``holdout48()``, ``holdout49()``, ``holdout50()``: the reported
+  ``holdout46()``, ``holdout47()``, ``holdout48()``, ``holdout49()``, ``holdout50()``,
+  ``holdout51()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
   2800-2844, 2900-2944, 3000-3044, 3100-3144, 3200-3244, 3300-3344, 3400-3444,
   3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944, 4000-4044, 4100-4144, 4200-4244,
   4300-4344, 4400-4444, 4500-4544, 4600-4644, 4700-4744, 4800-4844, 4900-4944, 5000-5044,
-  5100-5144, 5200-5244, 5300-5344, 5400-5444)
+  5100-5144, 5200-5244, 5300-5344, 5400-5444, 5500-5544)
   and its cycles shifted, each generated after the rules had been chosen again, or (holdout45 to
   holdout47) trained before the rules or table they were judged under were frozen, and not read
   until judged once (docs/detection-history.md says on which parts).
@@ -671,6 +672,13 @@ def holdout50() -> list[RunSpec]:
     return _held_out(seed0=5400, shift=52)
 
 
+def holdout51() -> list[RunSpec]:
+    """A fifty-fourth held-out part, trained after a slow fall was also read from a layer's settled
+    high (``Params.fall_high``, frozen at b1e621e, chosen on holdout44 to holdout50): it is not read
+    until judged once under that rule.  Other seeds (5500-5544), the cycles shifted by 53."""
+    return _held_out(seed0=5500, shift=53)
+
+
 def _held_out(seed0: int, shift: int) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
@@ -788,4 +796,5 @@ PARTS = {
     "holdout48": holdout48,
     "holdout49": holdout49,
     "holdout50": holdout50,
+    "holdout51": holdout51,
 }
