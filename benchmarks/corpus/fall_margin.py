@@ -12,6 +12,9 @@ Prints the largest among healthy and benign runs (how far they stay under the ru
 ``Params.fall``) and, per fault class, how many runs reach it at or after their onset. Stricter
 than detection: the three checkpoints a fall reads must all lie before the divergence (a detection
 needs only its first).
+``--reading high``: the same for the fall from the settled high (``Params.fall_high``: the layer's
+median against the highest it stood at, over three checkpoints, from ``Params.fall_high_from``
+times its settling step on), against its own bar.
 Reads only the stored timelines.
 """
 
@@ -30,16 +33,16 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
 
 
-def largest_fall(result, since: int | None = None) -> tuple[float, int | None]:
-    """The largest whole-model fall (``detect.fall_levels``, at the layer the rule's count needs,
-    the larger over the D2 series) read from step ``since`` on and before the divergence step, and
-    the step it was read at (-inf, None: none read)."""
+def largest_fall(result, since: int | None = None, reading: str = "window") -> tuple[float, int | None]:
+    """The largest whole-model fall (``detect.fall_levels`` with ``reading``, at the layer the
+    rule's count needs, the larger over the D2 series) read from step ``since`` on and before the
+    divergence step, and the step it was read at (-inf, None: none read)."""
     from ckptscan.judge import detect
 
     tl = result.timeline
     div = (result.summary.get("loss") or {}).get("divergence_step")
     best: tuple[float, int | None] = (-np.inf, None)
-    for _, fall, need in detect.fall_levels(tl, starts=detect.examined_from(tl)[0]):
+    for _, fall, need in detect.fall_levels(tl, starts=detect.examined_from(tl)[0], reading=reading):
         here = margin_cli.largest_at_need(fall, need, tl.steps, div, since)
         if here[0] > best[0]:
             best = here
@@ -48,11 +51,12 @@ def largest_fall(result, since: int | None = None) -> tuple[float, int | None]:
 
 def main(argv=None) -> int:
     ap = margin_cli.parser(__doc__)
+    ap.add_argument("--reading", choices=("window", "high"), default="window", help="which fall reading")
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
     from ckptscan.judge.detect import Params
 
-    need = Params().fall
+    need = Params().fall_high if args.reading == "high" else Params().fall
     clean: list[tuple[float, int | None, str]] = []
     read, reach = Counter(), Counter()
     for root in args.ana:
@@ -61,10 +65,10 @@ def main(argv=None) -> int:
                 continue
             result = load_result(root / row["run"])
             if row["truth"] == "healthy":
-                clean.append((*largest_fall(result), row["run"]))
+                clean.append((*largest_fall(result, reading=args.reading), row["run"]))
             else:
                 read[row["truth"]] += 1
-                reach[row["truth"]] += largest_fall(result, since=row.get("onset"))[0] >= need
+                reach[row["truth"]] += largest_fall(result, row.get("onset"), args.reading)[0] >= need
     top = max(clean) if clean else None
     largest = f"{top[0]:.3f} ({top[2]}, step {top[1]})" if top and np.isfinite(top[0]) else "none read"
     print(f"healthy/benign runs read: {len(clean)}; largest fall: {largest}")
