@@ -71,7 +71,7 @@ def main(argv=None) -> int:
                 reach[row["truth"]] += largest_fall(result, row.get("onset"), args.reading)[0] >= need
     top = max(clean) if clean else None
     largest = f"{top[0]:.3f} ({top[2]}, step {top[1]})" if top and np.isfinite(top[0]) else "none read"
-    print(f"healthy/benign runs read: {len(clean)}; largest fall: {largest}")
+    print(f"reading: {args.reading}; healthy/benign runs read: {len(clean)}; largest fall: {largest}")
     for truth in sorted(read):
         print(f"{truth} runs read: {read[truth]}; reaching {need:g} at/after the onset: {reach[truth]}")
     return 0

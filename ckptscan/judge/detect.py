@@ -1343,20 +1343,21 @@ def projections_rise(
     return ModelJump(np.exp(projections_over(go, steps, starts, near)), steps, point)
 
 
-def _fall_from_high(col: np.ndarray, s0: int, persist: int) -> np.ndarray:
+def _fall_from_high(col: np.ndarray, start: int, persist: int) -> np.ndarray:
     """[N] fall of one layer's median D2 entropy ``col`` at each checkpoint i: the highest it stood
-    at from checkpoint ``s0`` up to i, read over three checkpoints (the highest median of three
-    defined values in a row from s0 on, ``_median3``), less the highest of its values at
-    i .. i + persist - 1; NaN where those are not all defined or no such high is there yet."""
+    at from checkpoint ``start`` up to i, read over three checkpoints (the highest median of three
+    defined values in a row, ``_median3``, the values before ``start`` left out), less the highest
+    of its values at i .. i + persist - 1; NaN where those are not all defined or no such high is
+    there yet."""
     n = len(col)
     out = np.full(n, np.nan)
-    if s0 >= n:
+    if start >= n:
         return out
     tail = np.full(n, np.nan)
-    tail[s0:] = col[s0:]
+    tail[start:] = col[start:]
     m = _median3(tail)
     high = np.fmax.accumulate(np.where(np.isfinite(m), m, -np.inf))
-    for i in range(s0, n - persist + 1):
+    for i in range(start, n - persist + 1):
         now = col[i : i + persist]
         if np.isfinite(now).all() and np.isfinite(high[i]):
             out[i] = high[i] - float(now.max())
@@ -1376,8 +1377,9 @@ def fall_levels(
     median there; the settling time as for ``rise_levels``), the least fall over
     ``params.persist`` checkpoints (``_slow_fall``); NaN where unread, or with
     ``params.fall_whole`` where that window reached back before the layer settled; with ``reading``
-    "high", the highest it stood at from ``params.fall_high_from`` times its settling step on,
-    over three checkpoints (``_fall_from_high``).  ``need``: the layers that must fall together,
+    "high", its level is the highest it stood at from ``params.fall_high_from`` times its settling
+    step on, over three checkpoints (``_fall_from_high``), less the highest over ``params.persist``
+    checkpoints as well.  ``need``: the layers that must fall together,
     ``JUMP_LAYERS`` of those read (two where two or more are)."""
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     if det is None:

@@ -367,7 +367,7 @@ def evidence_monitor(e: dict) -> str:
     (``test`` "rise") that its score is the rise factor, and a lift off a held level (``test``
     "lift") its lift factor; a slow fall across the model (``test``
     "fall") that its score is how far the layer's median D2 entropy fell (of 1; shape "high": from
-    the highest it stood at since its settling); a fall before an
+    the highest it stood at from 1.5 times its settling step on); a fall before an
     unseen divergence (``test`` "early-fall") that its score is the fall factor."""
     m = str(e.get("monitor", ""))
     if e.get("test") == "depth":
