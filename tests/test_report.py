@@ -580,6 +580,25 @@ def test_a_lift_verdict_validates_and_reads_as_a_factor(tmp_path):
     assert lifted and all(data.score_text(e).startswith("x") for e in lifted)
 
 
+def test_a_fall_from_the_settled_high_validates(tmp_path):
+    """A verdict the fall from the settled high made (``Params.fall_high``, on the synthetic run of
+    its test: evidence of test "fall" with shape "high") put in a summary validates against the
+    schema (the shape was missing there, and such a stored result could not be opened again: a
+    corpus part's runs read so failed ``score.py --stored``), and its evidence says which fall."""
+    from ckptscan.judge.verdict import judge
+    from ckptscan.store.timeline import Timeline
+    from tests.test_detect import _fine_run, _slow_wear
+
+    steps, s = _fine_run(0, n=150, warmup=150)
+    v = judge(tmp_path, Timeline.from_arrays(steps, _slow_wear(s, steps, 905, 0.2, 600)), [])["verdict"]
+    high = [e for e in v["evidence"] if e["test"] == "fall" and e.get("shape") == "high"]
+    assert v["decision"] == "lowprec_attention" and high
+    res = make_result()
+    res.summary["verdict"] = json.loads(json.dumps(v))
+    assert validate(json.loads(json.dumps(res.summary))) == []
+    assert all("settled high" in data.evidence_monitor(e) for e in high)
+
+
 def test_schema_is_draft_2020_12_and_accepts_our_summaries():
     sch = summary_schema()
     assert sch["$schema"] == "https://json-schema.org/draft/2020-12/schema"
