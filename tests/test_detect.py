@@ -522,8 +522,8 @@ def test_one_layer_scored_alone_is_not_broad(tmp_path):
         t = Timeline.from_arrays(steps, s)
         assert list(steps[detect.layer_starts(t)]) == [1300, 300], seed
         old = detect.Params(breadth_run=False)
-        assert {a.layer for a in detect.detect(t, old)} == {1}, seed
-        assert min(a.first_step for a in detect.detect(t, old)) == 800, seed
+        before = detect.detect(t, old)
+        assert {a.layer for a in before} == {1} and min(a.first_step for a in before) == 800, seed
         assert judge(tmp_path, t, [], params=old)["verdict"]["decision"] == "high_lr/step-size", seed
         assert detect.detect(t) == [], seed
         assert judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]["fault_type"] == "healthy", seed

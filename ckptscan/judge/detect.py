@@ -1441,6 +1441,8 @@ def fall_alarms(
         return []
     steps = np.asarray(timeline.steps)
     persist = max(1, params.persist)
+    if starts is None:  # the settlings both readings start from, read once
+        starts = layer_starts(timeline, params, detectors)
     readings = fall_levels(timeline, params, detectors, starts)
     highs = (
         fall_levels(timeline, params, detectors, starts, reading="high")
