@@ -17,7 +17,7 @@ pytest.importorskip("lightning")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.corpus import faults, recipes
+from benchmarks.corpus import common, faults, recipes
 from benchmarks.corpus.common import KERNEL_ENV, SEQ_LEN, RunSpec, StepRecord, build_model, lm_loss
 from benchmarks.corpus.generate import train_one
 from benchmarks.corpus.schedules import planned_lr
@@ -104,6 +104,18 @@ def test_parts_are_disjoint_and_cover_the_matrix():
         assert {s.opt for s in part} >= {"adamw", "sgd"} and {s.moe for s in part} == {True, False}
         healthy = {s.recipe for s in part if s.fault == "none" and s.benign is None}
         assert all(s.recipe in healthy for s in part), "every run has a healthy twin"
+
+
+def test_the_deeper_part_trains_every_depth_at_every_cadence():
+    part = recipes.PARTS["holdout52"]()
+    healthy = [s for s in part if s.fault == "none" and s.benign is None]
+    assert {(s.layers, s.save_every) for s in healthy} == {
+        (d, e) for d in (4, 6, 8) for e in (10, 25, 50, 100, 250)
+    }
+    assert all(f"-L{s.layers}-" in s.name for s in part)
+    assert all(s.layers == 2 and "-L" not in s.recipe for s in recipes.PARTS["holdout51"]())
+    spec = next(s for s in healthy if s.layers == 6)
+    assert common.model_config(spec.model, spec.layers).num_hidden_layers == 6
 
 
 @pytest.fixture

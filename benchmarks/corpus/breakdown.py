@@ -5,7 +5,7 @@
 
 Joins each eval row (``run`` = the run folder's name) with that run's ``truth.json`` and prints one
 table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
-schedule, model, warm-up.  Columns: runs; fault runs; detected (of the fault runs: alarm at/after the
+schedule, model, layers, warm-up.  Columns: runs; fault runs; detected (of the fault runs: alarm at/after the
 onset, before the divergence); class right (of all runs); false alarms (of all runs: any alarm on a
 healthy or benign run, an alarm before the onset on a fault run); inconclusive verdicts; the medians,
 over diverged fault runs, of ckptscan's lead minus the log-only rule's, that rule read by its first
@@ -33,8 +33,14 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
         t["params"].get("schedule"), t["params"].get("schedule")
     ),
     "model": lambda t: t["params"].get("naming"),
+    "layers": lambda t: _layers(t["params"].get("model") or {}),
     "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
 }
+
+
+def _layers(model: dict) -> int:
+    """A corpus run's transformers config says ``num_hidden_layers``, a drill's model ``n_layers``."""
+    return int(model.get("num_hidden_layers", model.get("n_layers", 2)))
 
 
 def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:

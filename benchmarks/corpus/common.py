@@ -46,7 +46,7 @@ OPTIMIZERS = ("adamw", "sgd", "adafactor")
 SEQ_LEN, BATCH_SIZE = 64, 8
 NAN_EXTRA_SAVES = 2  # after a non-finite loss, stop at the save at/after it plus this many more
 
-# tiny models: vocab 256 (bytes), hidden 64, 2 layers, 4 query heads, 2 KV heads, head_dim 16
+# tiny models: vocab 256 (bytes), hidden 64, 2 layers (``RunSpec.layers``: more), 4 query heads, 2 KV heads, head_dim 16
 _DIMS = {
     "vocab_size": 256,
     "hidden_size": 64,
@@ -107,6 +107,7 @@ class RunSpec:
     lr_fault: dict | None = field(default=None, hash=False)
     benign: str | None = None
     storage: str = "default"
+    layers: int = 2  # decoder layers (``num_hidden_layers``); the recipe's name says so where not 2
 
     def __post_init__(self):
         assert self.framework in FRAMEWORKS and self.model in MODELS and self.opt in OPTIMIZERS
@@ -138,8 +139,9 @@ class RunSpec:
         """Everything but the fault: a fault run and its healthy twin share it."""
         pct = round(100 * self.warmup / self.steps)
         store = "" if self.storage == "default" else f"-{self.storage}"
+        depth = "" if self.layers == 2 else f"-L{self.layers}"
         return (
-            f"{self.framework}-{self.model}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
+            f"{self.framework}-{self.model}{depth}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
             f"-s{self.seed}{store}"
         )
 
@@ -170,9 +172,9 @@ class RunSpec:
 # --- model, optimizer, schedule ----------------------------------------------------------------------
 
 
-def model_config(name: str):
+def model_config(name: str, layers: int = 2):
     _, config_cls, extra = MODELS[name]
-    cfg = config_cls(**_DIMS, **extra)
+    cfg = config_cls(**{**_DIMS, "num_hidden_layers": layers}, **extra)
     cfg._attn_implementation = faults.ATTN_IMPL
     return cfg
 
@@ -182,7 +184,7 @@ def build_model(spec: RunSpec) -> torch.nn.Module:
     faults.register()
     model_cls, _, _ = MODELS[spec.model]
     torch.manual_seed(spec.seed)
-    return model_cls(model_config(spec.model))
+    return model_cls(model_config(spec.model, spec.layers))
 
 
 def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
@@ -298,7 +300,7 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
     c = corpus()
     params = {
         "naming": spec.model,
-        "model": model_config(spec.model).to_diff_dict(),
+        "model": model_config(spec.model, spec.layers).to_diff_dict(),
         "model_class": model_cls.__name__,
         "seq_len": SEQ_LEN,
         "batch_size": BATCH_SIZE,
