@@ -1910,7 +1910,7 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
         steps, s = _fine_run(seed, n=200)
         worn = _slow_wear(s, steps, 1305, 0.2, 700)
         t = Timeline.from_arrays(steps, worn)
-        old = judge(tmp_path, t, [], params=detect.Params(fall=0.0, fall_high=0.0))["verdict"]
+        old = judge(tmp_path, t, [], params=detect.Params(fall=0.0, fall_high=0.0, fall_peak=0.0))["verdict"]
         assert old["fault_type"] == "healthy", (seed, old["decision"])
         v = judge(tmp_path, Timeline.from_arrays(steps, worn), [])["verdict"]
         assert (v["fault_type"], v["decision"]) == ("lowprec_attention", "lowprec_attention"), seed
@@ -1939,9 +1939,9 @@ def test_a_slow_fall_of_every_heads_structure_is_lowprec(tmp_path):
         assert min(by_hand[0]) < bar, seed  # not a checkpoint earlier
         scores = {a.layer: a.score for a in alarms}
         np.testing.assert_allclose([scores[0], scores[1]], by_hand[1], rtol=1e-5)  # the fall, per layer
-        assert detect.fall_alarms(t, detect.Params(fall=0.0, fall_high=0.0)) == []
+        assert detect.fall_alarms(t, detect.Params(fall=0.0, fall_high=0.0, fall_peak=0.0)) == []
         # the fall from the settled high reads it too, later (its bar is higher)
-        high = detect.fall_alarms(t, detect.Params(fall=0.0))
+        high = detect.fall_alarms(t, detect.Params(fall=0.0, fall_peak=0.0))
         assert {(a.layer, a.shape) for a in high} == {(0, "high"), (1, "high")}, seed
         assert high[0].first_step > first, seed
 
@@ -1992,7 +1992,7 @@ def test_a_fall_is_read_against_a_window_wholly_after_the_settling(tmp_path):
         assert detect.fall_alarms(t) == [], seed
         assert judge(tmp_path, Timeline.from_arrays(steps, peak), [])["verdict"]["fault_type"] == "healthy"
         worn = Timeline.from_arrays(steps, _slow_wear(s, steps, 705, 0.2, 700))
-        window = detect.Params(fall_high=0.0)  # the window's reading alone
+        window = detect.Params(fall_high=0.0, fall_peak=0.0)  # the window's reading alone
         first = detect.fall_alarms(worn, window)[0].first_step
         settled = steps[detect.layer_starts(worn)]
         whole = detect.RISE_SPAN * settled.max() + settled.max()  # both layers' windows whole
@@ -2045,7 +2045,7 @@ def test_a_slow_fall_in_a_run_that_settled_late_is_read_from_its_settled_high(tm
         assert detect.fall_alarms(base) == [] and detect.detect(base) == [], seed
         worn = _slow_wear(s, steps, 905, 0.2, 600)
         t = Timeline.from_arrays(steps, worn)
-        old = detect.Params(fall_high=0.0)
+        old = detect.Params(fall_high=0.0, fall_peak=0.0)
         assert detect.fall_alarms(t, old) == [], seed
         assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "healthy", seed
         alarms = detect.fall_alarms(t)
@@ -2067,6 +2067,55 @@ def test_a_slow_fall_in_a_run_that_settled_late_is_read_from_its_settled_high(tm
             )
         earlier = [_high_fall_by_hand(steps, med, settled, layer, i - 1) for layer in (0, 1)]
         assert min(earlier) < 0.12, seed  # not a checkpoint earlier
+
+
+def test_a_fall_that_began_before_the_layers_settled_is_read_from_the_high_after_the_warm_up(tmp_path):
+    """Saves every 10 steps, a 150-step warm-up, the layers settled at 600-680: every head loses
+    0.3 of D2 entropy from step 455 over 250 steps, then holds.  The fall rule's window is whole
+    only after the run ended, and the fall from the settled high (read from 1.5 times the settling
+    step on) starts where the fall is over: the rules before called the run healthy (an HF OLMoE
+    and a plain-loop OLMoE low-precision run of ``holdout49``/``holdout51`` whose entropy fell as
+    they settled were read so).  Each layer's median is now also read against the highest it
+    stood at (over three checkpoints) from the checkpoint at which the warm-up's peak passed
+    (``peak_passed``; ``Params.fall_peak`` 0.2): both layers 0.2 under it three checkpoints in a
+    row, ``lowprec_attention``, the alarms' shape "peak".  The same run with a fall of 0.15 (under
+    the bar) reads nothing, nor the run without it, whose layer 0 dips to 0.3 during the warm-up
+    (before the peak passed)."""
+    for seed in range(4):
+        steps, s = _fine_run(seed, n=150, warmup=150)
+        base = Timeline.from_arrays(steps, s)
+        peak = detect.peak_passed(detect.step_size(base), 0.75, median=True)
+        assert 390 <= steps[peak] <= 430 and set(steps[detect.layer_starts(base)]) <= {600, 680}, seed
+        assert detect.fall_alarms(base) == [] and detect.detect(base) == [], seed
+        small = Timeline.from_arrays(steps, _slow_wear(s, steps, 455, 0.15, 250))
+        assert detect.fall_alarms(small) == [], seed
+        worn = _slow_wear(s, steps, 455, 0.3, 250)
+        t = Timeline.from_arrays(steps, worn)
+        old = detect.Params(fall_peak=0.0)
+        assert detect.fall_alarms(t, old) == [], seed
+        assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "healthy", seed
+        alarms = detect.fall_alarms(t)
+        assert {(a.layer, a.shape) for a in alarms} == {(0, "peak"), (1, "peak")}, seed
+        first = alarms[0].first_step
+        assert 455 < first < 705, (seed, first)
+        v = judge(tmp_path, Timeline.from_arrays(steps, worn), [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("lowprec_attention", first), seed
+        # by hand: per layer, the highest median of three values in a row from the peak's
+        # checkpoint on, up to i, less the highest of the values at i and the next two
+        med = np.median(worn["attn.D2.entropy2"], axis=2)
+        i = int(np.flatnonzero(steps == first)[0])
+
+        for a in alarms:
+            np.testing.assert_allclose(a.score, _peak_fall_by_hand(med[:, a.layer], peak, i), rtol=1e-6)
+        earlier = [_peak_fall_by_hand(med[:, layer], peak, i - 1) for layer in (0, 1)]
+        assert min(earlier) < 0.2, seed  # not a checkpoint earlier
+
+
+def _peak_fall_by_hand(col, peak, at):
+    """The highest median of three values in a row of ``col`` from checkpoint ``peak`` on, up to
+    checkpoint ``at``, less the highest of the values at ``at`` .. ``at`` + 2."""
+    high = max(np.median(col[k - 2 : k + 1]) for k in range(peak + 2, at + 1))
+    return high - col[at : at + 3].max()
 
 
 def test_slow_fall_against_a_direct_reading():

@@ -193,6 +193,8 @@ def test_evidence_names_the_jump_shape_and_its_factor():
     assert data.evidence_monitor({"monitor": d, "test": "fall"}) == f"{d} (slow fall: score = entropy drop)"
     high = {"monitor": d, "test": "fall", "shape": "high"}
     assert data.evidence_monitor(high) == f"{d} (slow fall from its settled high: score = entropy drop)"
+    peak = {"monitor": d, "test": "fall", "shape": "peak"}
+    assert data.evidence_monitor(peak) == f"{d} (fall since the warm-up's peak: score = entropy drop)"
 
 
 def test_an_uncounted_jump_is_shown_in_every_report():
@@ -597,6 +599,24 @@ def test_a_fall_from_the_settled_high_validates(tmp_path):
     res.summary["verdict"] = json.loads(json.dumps(v))
     assert validate(json.loads(json.dumps(res.summary))) == []
     assert all("settled high" in data.evidence_monitor(e) for e in high)
+
+
+def test_a_fall_since_the_warm_up_peak_validates(tmp_path):
+    """A verdict the fall from the high after the warm-up's peak made (``Params.fall_peak``, on the
+    synthetic run of its test: evidence of test "fall" with shape "peak") validates against the
+    schema, and its evidence says which fall."""
+    from ckptscan.judge.verdict import judge
+    from ckptscan.store.timeline import Timeline
+    from tests.test_detect import _fine_run, _slow_wear
+
+    steps, s = _fine_run(0, n=150, warmup=150)
+    v = judge(tmp_path, Timeline.from_arrays(steps, _slow_wear(s, steps, 455, 0.3, 250)), [])["verdict"]
+    peak = [e for e in v["evidence"] if e["test"] == "fall" and e.get("shape") == "peak"]
+    assert v["decision"] == "lowprec_attention" and peak
+    res = make_result()
+    res.summary["verdict"] = json.loads(json.dumps(v))
+    assert validate(json.loads(json.dumps(res.summary))) == []
+    assert all("warm-up's peak" in data.evidence_monitor(e) for e in peak)
 
 
 def test_schema_is_draft_2020_12_and_accepts_our_summaries():

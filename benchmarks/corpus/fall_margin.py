@@ -14,7 +14,9 @@ than detection: the three checkpoints a fall reads must all lie before the diver
 needs only its first).
 ``--reading high``: the same for the fall from the settled high (``Params.fall_high``: the layer's
 median against the highest it stood at, over three checkpoints, from ``Params.fall_high_from``
-times its settling step on), against its own bar.
+times its settling step on), against its own bar; ``--reading peak``: the fall from the high after
+the warm-up's peak (``Params.fall_peak``: from the checkpoint at which the step size's peak passed,
+``detect.peak_passed``), against its bar.
 Reads only the stored timelines.
 """
 
@@ -51,12 +53,14 @@ def largest_fall(result, since: int | None = None, reading: str = "window") -> t
 
 def main(argv=None) -> int:
     ap = margin_cli.parser(__doc__)
-    ap.add_argument("--reading", choices=("window", "high"), default="window", help="which fall reading")
+    ap.add_argument(
+        "--reading", choices=("window", "high", "peak"), default="window", help="which fall reading"
+    )
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
     from ckptscan.judge.detect import Params
 
-    need = Params().fall_high if args.reading == "high" else Params().fall
+    need = {"high": Params().fall_high, "peak": Params().fall_peak}.get(args.reading, Params().fall)
     clean: list[tuple[float, int | None, str]] = []
     read, reach = Counter(), Counter()
     for root in args.ana:

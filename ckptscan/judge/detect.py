@@ -72,7 +72,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    down a little per save without collapsing any (a model whose q/k pass through a norm), under
    the level test's window and far from 6.'s depth.  A layer also counts where its median stands
    ``fall_high`` under the highest it stood at (over three checkpoints) from ``fall_high_from``
-   times its settling step on: a run that settles late has no whole window before its end.
+   times its settling step on: a run that settles late has no whole window before its end; or
+   ``fall_peak`` under the highest it stood at from the checkpoint at which the warm-up's peak
+   passed (``warmup_peak``) on: a fall that began while the layers settled.
 9. *A step size lifted off a level it held* (``lift_alarms``), on the checkpoints, with or without
    a settling: the attention step size *and* the output projections' ``lift`` times over the level
    they held from half the steps so far to a third of that before (``LIFT_HELD``), and over the
@@ -197,6 +199,10 @@ class Params:
     #                          before the holdout51 freeze)
     fall_high_from: float = 1.5  # ... not from the settling itself: a layer's entropy can stand high
     #                              for a while just after it settled, and come back
+    fall_peak: float = 0.2  # ... or this far under the highest it stood at from the end of the
+    #                         warm-up's peak on (``peak_passed`` as ``early_from_peak`` reads it): a
+    #                         fall that began before the layers settled (0: off, the rules holdout52
+    #                         was trained under)
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
     #                          level at the settling (or the warm-up's end: next), at two checkpoints in a
@@ -244,7 +250,9 @@ class Alarm:
     #                 "depth": ``depth_alarms``; "rise": ``rise_alarms``; "fall": ``fall_alarms``;
     #                 "early-fall": ``early_fall_alarms``; "lift": ``lift_alarms``
     shape: str = ""  # test "jump": the ``JUMP_SHAPES`` shape that read it; test "fall": "high" where
-    #                  only the fall from the settled high counted the layer (``Params.fall_high``)
+    #                  only the fall from the settled high counted the layer (``Params.fall_high``),
+    #                  "peak" where only the fall from the high after the warm-up's peak did
+    #                  (``Params.fall_peak``)
 
     def as_dict(self) -> dict:
         return {
@@ -1379,7 +1387,8 @@ def fall_levels(
     ``params.fall_whole`` where that window reached back before the layer settled; with ``reading``
     "high", its level is the highest it stood at from ``params.fall_high_from`` times its settling
     step on, over three checkpoints (``_fall_from_high``), less the highest over ``params.persist``
-    checkpoints as well.  ``need``: the layers that must fall together,
+    checkpoints as well; with "peak", from the checkpoint at which the warm-up's peak passed
+    (``warmup_peak``) on, the same way.  ``need``: the layers that must fall together,
     ``JUMP_LAYERS`` of those read (two where two or more are)."""
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     if det is None:
@@ -1388,6 +1397,7 @@ def fall_levels(
     n = len(steps)
     if starts is None:
         starts = layer_starts(timeline, params, detectors)
+    p0 = warmup_peak(timeline, params, detectors) if reading == "peak" else n
     out = []
     for name in _series_for(timeline, det):
         arr = np.asarray(timeline.get(name), dtype=np.float64)
@@ -1406,6 +1416,8 @@ def fall_levels(
             if reading == "high":
                 s1 = n if s0 >= n else int(np.searchsorted(steps, params.fall_high_from * steps[s0]))
                 fall[:, layer] = _fall_from_high(med[:, layer], s1, max(1, params.persist))
+            elif reading == "peak":
+                fall[:, layer] = _fall_from_high(med[:, layer], p0, max(1, params.persist))
             else:
                 fall[:, layer] = _slow_fall(
                     med[:, layer], steps, s0, span, max(1, params.persist), params.fall_whole
@@ -1436,12 +1448,21 @@ def fall_alarms(
     highest it stood at from ``params.fall_high_from`` times its settling step on (``fall_levels``
     with ``reading="high"``), at the same checkpoints: a run that settles after a third of its
     length never has a window wholly after the settling.  Such an alarm's ``shape`` is "high" (its
-    score that fall) where only this reading counted the layer."""
-    if params.fall <= 0 and params.fall_high <= 0:
+    score that fall) where only this reading counted the layer.
+
+    With ``params.fall_peak``, a layer counts too where its median stands that far under the
+    highest it stood at from the checkpoint at which the warm-up's peak passed (``warmup_peak``:
+    the first at which some layer's step size passed its peak, one checkpoint for the whole run)
+    on (``reading="peak"``): a fall that began while the layers settled, which the readings above
+    start too late to see (each starts at or after a layer's settling; this start usually comes
+    before the settling, but is not held to it).  Like them it reads only where some layer
+    settled.  Its bar is higher: between the warm-up's end and the settling a healthy layer's
+    entropy still moves.  Such an alarm's ``shape`` is "peak" where only this reading counted it."""
+    if params.fall <= 0 and params.fall_high <= 0 and params.fall_peak <= 0:
         return []
     steps = np.asarray(timeline.steps)
     persist = max(1, params.persist)
-    if starts is None:  # the settlings both readings start from, read once
+    if starts is None:  # the settlings the readings start from (or need), read once
         starts = layer_starts(timeline, params, detectors)
     readings = fall_levels(timeline, params, detectors, starts)
     highs = (
@@ -1449,12 +1470,18 @@ def fall_alarms(
         if params.fall_high > 0
         else [(name, np.full(fall.shape, np.nan), need) for name, fall, need in readings]
     )
+    since_peak = (
+        fall_levels(timeline, params, detectors, starts, reading="peak")
+        if params.fall_peak > 0
+        else [(name, np.full(fall.shape, np.nan), need) for name, fall, need in readings]
+    )
     best: list[Alarm] = []
-    for (name, fall, need), (_, high, _) in zip(readings, highs, strict=True):
+    for (name, fall, need), (_, high, _), (_, peak, _) in zip(readings, highs, since_peak, strict=True):
         with np.errstate(invalid="ignore"):
             by_window = fall >= params.fall if params.fall > 0 else np.zeros(fall.shape, bool)
             by_high = high >= params.fall_high if params.fall_high > 0 else np.zeros(fall.shape, bool)
-        fell = by_window | by_high
+            by_peak = peak >= params.fall_peak if params.fall_peak > 0 else np.zeros(fall.shape, bool)
+        fell = by_window | by_high | by_peak
         for i in range(len(steps)):
             if need == 0 or fell[i].sum() < need:
                 continue
@@ -1471,14 +1498,20 @@ def fall_alarms(
                     None,
                     int(steps[i]),
                     point,
-                    float(fall[i, layer] if by_window[i, layer] else high[i, layer]),
+                    float(
+                        fall[i, layer]
+                        if by_window[i, layer]
+                        else high[i, layer]
+                        if by_high[i, layer]
+                        else peak[i, layer]
+                    ),
                     Role.STRUCTURE,
                     "down",
                     int(steps[last]),
                     points,
                     int(steps[i]),
                     "fall",
-                    "" if by_window[i, layer] else "high",
+                    "" if by_window[i, layer] else "high" if by_high[i, layer] else "peak",
                 )
                 for layer in np.flatnonzero(fell[i]).tolist()
             ]
@@ -1615,8 +1648,7 @@ def early_fall_alarms(
         return []
     det = next((d for d in detectors if d.monitor == DEPTH_MONITOR), None)
     s0 = int(np.min(starts)) if len(starts) else len(timeline.steps)
-    if params.early_from_peak > 0:
-        s0 = min(s0, peak_passed(step_size(timeline, detectors), params.early_from_peak, params.peak_median))
+    s0 = min(s0, warmup_peak(timeline, params, detectors))
     if det is None or s0 >= len(timeline.steps):
         return []
     found = [
@@ -1624,6 +1656,15 @@ def early_fall_alarms(
     ]
     found = [f for f in found if f]
     return min(found, key=lambda f: f[0].first_step) if found else []
+
+
+def warmup_peak(timeline, params: Params = Params(), detectors: Sequence[Detector] = DETECTORS) -> int:
+    """The checkpoint index at which the warm-up's peak passed, as the early-fall rule and the fall
+    since the peak read it: ``peak_passed`` on the step size with ``params.early_from_peak`` and
+    ``params.peak_median``; N (none) where ``early_from_peak`` is 0."""
+    if params.early_from_peak <= 0:
+        return len(timeline.steps)
+    return peak_passed(step_size(timeline, detectors), params.early_from_peak, params.peak_median)
 
 
 def peak_passed(g: np.ndarray, share: float, median: bool = False) -> int:

@@ -367,7 +367,8 @@ def evidence_monitor(e: dict) -> str:
     (``test`` "rise") that its score is the rise factor, and a lift off a held level (``test``
     "lift") its lift factor; a slow fall across the model (``test``
     "fall") that its score is how far the layer's median D2 entropy fell (of 1; shape "high": from
-    the highest it stood at from 1.5 times its settling step on); a fall before an
+    the highest it stood at from 1.5 times its settling step on; "peak": from the highest after the
+    warm-up's peak); a fall before an
     unseen divergence (``test`` "early-fall") that its score is the fall factor."""
     m = str(e.get("monitor", ""))
     if e.get("test") == "depth":
@@ -379,6 +380,8 @@ def evidence_monitor(e: dict) -> str:
     if e.get("test") == "fall":
         if e.get("shape") == "high":
             return f"{m} (slow fall from its settled high: score = entropy drop)"
+        if e.get("shape") == "peak":
+            return f"{m} (fall since the warm-up's peak: score = entropy drop)"
         return f"{m} (slow fall: score = entropy drop)"
     if e.get("test") == "early-fall":
         return f"{m} (fall before the divergence: score = fall factor)"
