@@ -582,41 +582,28 @@ def test_a_lift_verdict_validates_and_reads_as_a_factor(tmp_path):
     assert lifted and all(data.score_text(e).startswith("x") for e in lifted)
 
 
-def test_a_fall_from_the_settled_high_validates(tmp_path):
-    """A verdict the fall from the settled high made (``Params.fall_high``, on the synthetic run of
-    its test: evidence of test "fall" with shape "high") put in a summary validates against the
-    schema (the shape was missing there, and such a stored result could not be opened again: a
-    corpus part's runs read so failed ``score.py --stored``), and its evidence says which fall."""
+@pytest.mark.parametrize(
+    ("shape", "onset", "drop", "over", "words"),
+    [("high", 905, 0.2, 600, "settled high"), ("peak", 455, 0.3, 250, "warm-up's peak")],
+)
+def test_a_fall_read_from_a_high_validates(tmp_path, shape, onset, drop, over, words):
+    """A verdict a fall read from a high made, on the synthetic run of its rule's test (evidence
+    of test "fall" with shape "high": ``Params.fall_high``; "peak": ``Params.fall_peak``), put in a
+    summary validates against the schema (the shape "high" was missing there once, and such a
+    stored result could not be opened again: a corpus part's runs read so failed ``score.py
+    --stored``), and its evidence says which fall."""
     from ckptscan.judge.verdict import judge
     from ckptscan.store.timeline import Timeline
     from tests.test_detect import _fine_run, _slow_wear
 
     steps, s = _fine_run(0, n=150, warmup=150)
-    v = judge(tmp_path, Timeline.from_arrays(steps, _slow_wear(s, steps, 905, 0.2, 600)), [])["verdict"]
-    high = [e for e in v["evidence"] if e["test"] == "fall" and e.get("shape") == "high"]
-    assert v["decision"] == "lowprec_attention" and high
+    v = judge(tmp_path, Timeline.from_arrays(steps, _slow_wear(s, steps, onset, drop, over)), [])["verdict"]
+    fell = [e for e in v["evidence"] if e["test"] == "fall" and e.get("shape") == shape]
+    assert v["decision"] == "lowprec_attention" and fell
     res = make_result()
     res.summary["verdict"] = json.loads(json.dumps(v))
     assert validate(json.loads(json.dumps(res.summary))) == []
-    assert all("settled high" in data.evidence_monitor(e) for e in high)
-
-
-def test_a_fall_since_the_warm_up_peak_validates(tmp_path):
-    """A verdict the fall from the high after the warm-up's peak made (``Params.fall_peak``, on the
-    synthetic run of its test: evidence of test "fall" with shape "peak") validates against the
-    schema, and its evidence says which fall."""
-    from ckptscan.judge.verdict import judge
-    from ckptscan.store.timeline import Timeline
-    from tests.test_detect import _fine_run, _slow_wear
-
-    steps, s = _fine_run(0, n=150, warmup=150)
-    v = judge(tmp_path, Timeline.from_arrays(steps, _slow_wear(s, steps, 455, 0.3, 250)), [])["verdict"]
-    peak = [e for e in v["evidence"] if e["test"] == "fall" and e.get("shape") == "peak"]
-    assert v["decision"] == "lowprec_attention" and peak
-    res = make_result()
-    res.summary["verdict"] = json.loads(json.dumps(v))
-    assert validate(json.loads(json.dumps(res.summary))) == []
-    assert all("warm-up's peak" in data.evidence_monitor(e) for e in peak)
+    assert all(words in data.evidence_monitor(e) for e in fell)
 
 
 def test_schema_is_draft_2020_12_and_accepts_our_summaries():
