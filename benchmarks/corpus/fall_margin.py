@@ -16,7 +16,7 @@ needs only its first).
 median against the highest it stood at, over three checkpoints, from ``Params.fall_high_from``
 times its settling step on), against its own bar; ``--reading peak``: the fall from the high after
 the warm-up's peak (``Params.fall_peak``: from the checkpoint at which the step size's peak passed,
-``detect.peak_passed``), against its bar.
+``detect.warmup_peak``), against its bar.
 Reads only the stored timelines.
 """
 

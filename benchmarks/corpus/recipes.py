@@ -684,9 +684,10 @@ def holdout51() -> list[RunSpec]:
 
 def holdout52() -> list[RunSpec]:
     """A fifty-fifth held-out part, and the first of deeper models: the design of the others with
-    4, 6 and 8 decoder layers in turn (every rule was chosen on 2-layer models), trained after the
-    rules of 2839302 were frozen and not read until judged once under them.  Other seeds
-    (5600-5644), the cycles shifted by 54."""
+    4, 6 and 8 decoder layers in turn (every rule was chosen on 2-layer models), trained from
+    889799c under the rules of 2839302 while the rule of 89644a3 was chosen on holdout44 to
+    holdout51, and not read until judged once under that rule.  Other seeds (5600-5644), the
+    cycles shifted by 54."""
     return _held_out(seed0=5600, shift=54, depths=(4, 6, 8))
 
 

@@ -200,7 +200,7 @@ class Params:
     fall_high_from: float = 1.5  # ... not from the settling itself: a layer's entropy can stand high
     #                              for a while just after it settled, and come back
     fall_peak: float = 0.2  # ... or this far under the highest it stood at from the end of the
-    #                         warm-up's peak on (``peak_passed`` as ``early_from_peak`` reads it): a
+    #                         warm-up's peak on (``warmup_peak``, as the early-fall rule reads it): a
     #                         fall that began before the layers settled (0: off, the rules holdout52
     #                         was trained under)
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
