@@ -1464,24 +1464,27 @@ def fall_alarms(
     persist = max(1, params.persist)
     if starts is None:  # the settlings the readings start from (or need), read once
         starts = layer_starts(timeline, params, detectors)
-    readings = fall_levels(timeline, params, detectors, starts)
-    highs = (
-        fall_levels(timeline, params, detectors, starts, reading="high")
-        if params.fall_high > 0
-        else [(name, np.full(fall.shape, np.nan), need) for name, fall, need in readings]
-    )
-    since_peak = (
-        fall_levels(timeline, params, detectors, starts, reading="peak")
-        if params.fall_peak > 0
-        else [(name, np.full(fall.shape, np.nan), need) for name, fall, need in readings]
-    )
+    # the readings in use, in the order that names an alarm's shape: a layer's score and shape are
+    # those of the first reading that counted it
+    readings = [
+        (reading, shape, bar)
+        for reading, shape, bar in (
+            ("window", "", params.fall),
+            ("high", "high", params.fall_high),
+            ("peak", "peak", params.fall_peak),
+        )
+        if bar > 0
+    ]
+    levels = [fall_levels(timeline, params, detectors, starts, reading=reading) for reading, _, _ in readings]
     best: list[Alarm] = []
-    for (name, fall, need), (_, high, _), (_, peak, _) in zip(readings, highs, since_peak, strict=True):
+    for series in zip(*levels, strict=True):  # one D2-entropy series, read every way in use
+        name, _, need = series[0]
         with np.errstate(invalid="ignore"):
-            by_window = fall >= params.fall if params.fall > 0 else np.zeros(fall.shape, bool)
-            by_high = high >= params.fall_high if params.fall_high > 0 else np.zeros(fall.shape, bool)
-            by_peak = peak >= params.fall_peak if params.fall_peak > 0 else np.zeros(fall.shape, bool)
-        fell = by_window | by_high | by_peak
+            crossed = np.stack(
+                [fall >= bar for (_, fall, _), (_, _, bar) in zip(series, readings, strict=True)]
+            )
+        fell = np.asarray(crossed.any(axis=0))
+        first: np.ndarray = crossed.argmax(axis=0)  # [N, L] the first reading that counted the layer
         for i in range(len(steps)):
             if need == 0 or fell[i].sum() < need:
                 continue
@@ -1498,20 +1501,14 @@ def fall_alarms(
                     None,
                     int(steps[i]),
                     point,
-                    float(
-                        fall[i, layer]
-                        if by_window[i, layer]
-                        else high[i, layer]
-                        if by_high[i, layer]
-                        else peak[i, layer]
-                    ),
+                    float(series[first[i, layer]][1][i, layer]),
                     Role.STRUCTURE,
                     "down",
                     int(steps[last]),
                     points,
                     int(steps[i]),
                     "fall",
-                    "" if by_window[i, layer] else "high" if by_high[i, layer] else "peak",
+                    readings[first[i, layer]][1],
                 )
                 for layer in np.flatnonzero(fell[i]).tolist()
             ]
