@@ -118,6 +118,23 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
     assert common.model_config(spec.model, spec.layers).num_hidden_layers == 6
 
 
+def test_the_wider_part_trains_every_width_at_every_cadence():
+    part = recipes.PARTS["holdout54"]()
+    healthy = [s for s in part if s.fault == "none" and s.benign is None]
+    widths = {(8, 2, 16), (16, 4, 8), (8, 8, 16)}
+    assert {((s.heads, s.kv_heads, s.head_dim), s.save_every) for s in healthy} == {
+        (w, e) for w in widths for e in (10, 25, 50, 100, 250)
+    }
+    assert all(f"-H{s.heads}k{s.kv_heads}{'' if s.head_dim == 16 else 'd8'}-" in s.name for s in part)
+    assert all("-H" not in s.recipe for s in recipes.PARTS["holdout53"]())
+    spec = next(s for s in healthy if s.heads == 16 and s.model == "mixtral")
+    cfg = common.model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim)
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (128, 16, 4, 8)
+    assert cfg.intermediate_size == 2 * 32  # the experts widen with the model
+    narrow = common.model_config(spec.model, spec.layers)  # the parts before: 64 wide, as they were
+    assert (narrow.hidden_size, narrow.num_attention_heads, narrow.intermediate_size) == (64, 4, 32)
+
+
 @pytest.fixture
 def keep_threads():
     """train_one trains on one thread (as the corpus does); give the test session its threads back."""

@@ -5,7 +5,7 @@
 
 Joins each eval row (``run`` = the run folder's name) with that run's ``truth.json`` and prints one
 table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
-schedule, model, layers, warm-up.  Columns: runs; fault runs; detected (of the fault runs: alarm at/after the
+schedule, model, layers, heads (query / KV), warm-up.  Columns: runs; fault runs; detected (of the fault runs: alarm at/after the
 onset, before the divergence); class right (of all runs); false alarms (of all runs: any alarm on a
 healthy or benign run, an alarm before the onset on a fault run); inconclusive verdicts; the medians,
 over diverged fault runs, of ckptscan's lead minus the log-only rule's, that rule read by its first
@@ -34,6 +34,7 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
     ),
     "model": lambda t: t["params"].get("naming"),
     "layers": lambda t: _layers(t["params"].get("model") or {}),
+    "heads": lambda t: _heads(t["params"].get("model") or {}),
     "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
 }
 
@@ -41,6 +42,13 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
 def _layers(model: dict) -> int:
     """A corpus run's transformers config says ``num_hidden_layers``, a drill's model ``n_layers``."""
     return int(model.get("num_hidden_layers", model.get("n_layers", 2)))
+
+
+def _heads(model: dict) -> str:
+    """Query heads / KV heads: a corpus run's transformers config (``num_attention_heads``,
+    ``num_key_value_heads``), a drill's model (``n_heads``, ``n_kv_heads``; the drills' 4 / 2)."""
+    q = int(model.get("num_attention_heads", model.get("n_heads", 4)))
+    return f"{q}/{int(model.get('num_key_value_heads', model.get('n_kv_heads', 2)))}"
 
 
 def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:

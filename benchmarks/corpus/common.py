@@ -46,7 +46,8 @@ OPTIMIZERS = ("adamw", "sgd", "adafactor")
 SEQ_LEN, BATCH_SIZE = 64, 8
 NAN_EXTRA_SAVES = 2  # after a non-finite loss, stop at the save at/after it plus this many more
 
-# tiny models: vocab 256 (bytes), hidden 64, 2 layers (``RunSpec.layers``: more), 4 query heads, 2 KV heads, head_dim 16
+# tiny models: vocab 256 (bytes), hidden 64, 2 layers (``RunSpec.layers``: more), 4 query heads, 2 KV heads
+# (``RunSpec.heads``, ``RunSpec.kv_heads``: others), head_dim 16 (``RunSpec.head_dim``: other)
 _DIMS = {
     "vocab_size": 256,
     "hidden_size": 64,
@@ -108,6 +109,9 @@ class RunSpec:
     benign: str | None = None
     storage: str = "default"
     layers: int = 2  # decoder layers (``num_hidden_layers``); the recipe's name says so where not 2
+    heads: int = 4  # query heads, KV heads and the width of a head (the hidden width is heads x
+    kv_heads: int = 2  # head_dim: 64 at 4 x 16): the recipe's name says ``-H8k2`` (8 query heads, 2
+    head_dim: int = 16  # KV heads) where not 4 and 2, ``-H16k4d8`` where a head is not 16 wide
 
     def __post_init__(self):
         assert self.framework in FRAMEWORKS and self.model in MODELS and self.opt in OPTIMIZERS
@@ -117,6 +121,7 @@ class RunSpec:
         assert (self.fault != "none" or self.benign is not None) == (self.onset is not None)
         assert self.benign is None or self.fault == "none"
         assert self.benign != "warmup-cut" or self.warmup / 2 <= self.onset < self.warmup
+        assert self.heads % self.kv_heads == 0
 
     @property
     def moe(self) -> bool:
@@ -140,8 +145,10 @@ class RunSpec:
         pct = round(100 * self.warmup / self.steps)
         store = "" if self.storage == "default" else f"-{self.storage}"
         depth = "" if self.layers == 2 else f"-L{self.layers}"
+        width = "" if self.head_dim == 16 else f"d{self.head_dim}"
+        width = "" if (self.heads, self.kv_heads, width) == (4, 2, "") else f"-H{self.heads}k{self.kv_heads}{width}"
         return (
-            f"{self.framework}-{self.model}{depth}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
+            f"{self.framework}-{self.model}{depth}{width}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
             f"-s{self.seed}{store}"
         )
 
@@ -172,9 +179,22 @@ class RunSpec:
 # --- model, optimizer, schedule ----------------------------------------------------------------------
 
 
-def model_config(name: str, layers: int = 2):
+def model_config(name: str, layers: int = 2, heads: int = 4, kv_heads: int = 2, head_dim: int = 16):
+    """The tiny config: ``layers`` decoder layers of ``heads`` query heads and ``kv_heads`` KV heads
+    ``head_dim`` wide; the MLPs (dense, experts) scale with the hidden width (heads x head_dim) as
+    at 4 heads of 16 (64 wide)."""
     _, config_cls, extra = MODELS[name]
-    cfg = config_cls(**{**_DIMS, "num_hidden_layers": layers}, **extra)
+    scale = heads * head_dim / _DIMS["hidden_size"]
+    extra = {k: round(v * scale) if k.endswith("intermediate_size") else v for k, v in extra.items()}
+    dims = {
+        **_DIMS,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "hidden_size": heads * head_dim,
+    }
+    cfg = config_cls(**dims, **extra)
     cfg._attn_implementation = faults.ATTN_IMPL
     return cfg
 
@@ -184,7 +204,7 @@ def build_model(spec: RunSpec) -> torch.nn.Module:
     faults.register()
     model_cls, _, _ = MODELS[spec.model]
     torch.manual_seed(spec.seed)
-    return model_cls(model_config(spec.model, spec.layers))
+    return model_cls(model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim))
 
 
 def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
@@ -300,7 +320,7 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
     c = corpus()
     params = {
         "naming": spec.model,
-        "model": model_config(spec.model, spec.layers).to_diff_dict(),
+        "model": model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim).to_diff_dict(),
         "model_class": model_cls.__name__,
         "seq_len": SEQ_LEN,
         "batch_size": BATCH_SIZE,

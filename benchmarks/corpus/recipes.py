@@ -14,18 +14,20 @@
   ``holdout36()``, ``holdout37()``, ``holdout38()``, ``holdout39()``, ``holdout40()``,
   ``holdout41()``, ``holdout42()``, ``holdout43()``, ``holdout44()``, ``holdout45()``,
   ``holdout46()``, ``holdout47()``, ``holdout48()``, ``holdout49()``, ``holdout50()``,
-  ``holdout51()``, ``holdout52()``, ``holdout53()``: the reported
+  ``holdout51()``, ``holdout52()``, ``holdout53()``, ``holdout54()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
   2800-2844, 2900-2944, 3000-3044, 3100-3144, 3200-3244, 3300-3344, 3400-3444,
   3500-3544, 3600-3644, 3700-3744, 3800-3844, 3900-3944, 4000-4044, 4100-4144, 4200-4244,
   4300-4344, 4400-4444, 4500-4544, 4600-4644, 4700-4744, 4800-4844, 4900-4944, 5000-5044,
-  5100-5144, 5200-5244, 5300-5344, 5400-5444, 5500-5544, 5600-5644, 5700-5744)
+  5100-5144, 5200-5244, 5300-5344, 5400-5444, 5500-5544, 5600-5644, 5700-5744, 5800-5844)
   and its cycles shifted, each generated after the rules had been chosen again, or (holdout45 to
   holdout47) trained before the rules or table they were judged under were frozen, and not read
   until judged once (docs/detection-history.md says on which parts).  ``holdout52()`` is the first
-  part whose models are deeper than two layers (4, 6 and 8); ``holdout53()`` has 2, 4 and 8.
+  part whose models are deeper than two layers (4, 6 and 8); ``holdout53()`` has 2, 4 and 8;
+  ``holdout54()`` is the first whose models are wider (8 or 16 query heads, 2 to 8 KV heads, 128
+  wide).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor), every fault
@@ -72,6 +74,7 @@ class Recipe:
         seed: int,
         storage: str = "default",
         layers: int = 2,
+        heads: tuple[int, int, int] = (4, 2, 16),
     ):
         steps = STEPS[every]
         self.kw = dict(
@@ -85,6 +88,9 @@ class Recipe:
             seed=seed,
             storage=storage,
             layers=layers,
+            heads=heads[0],
+            kv_heads=heads[1],
+            head_dim=heads[2],
         )
 
     def at(self, frac: float) -> int:
@@ -699,7 +705,21 @@ def holdout53() -> list[RunSpec]:
     return _held_out(seed0=5700, shift=55, depths=(2, 4, 8))
 
 
-def _held_out(seed0: int, shift: int, depths: tuple[int, ...] = (2,)) -> list[RunSpec]:
+def holdout54() -> list[RunSpec]:
+    """A fifty-seventh held-out part, and the first of wider models: the design of the others with
+    8 query heads and 2 KV heads of 16, 16 and 4 of 8, and 8 and 8 of 16 in turn (128 wide; every
+    rule was chosen on models of 4 query heads of 16, 64 wide), trained under the rules of 89644a3
+    and not read until judged once under the rules frozen before it is read.  Other seeds
+    (5800-5844), the cycles shifted by 56."""
+    return _held_out(seed0=5800, shift=56, widths=((8, 2, 16), (16, 4, 8), (8, 8, 16)))
+
+
+def _held_out(
+    seed0: int,
+    shift: int,
+    depths: tuple[int, ...] = (2,),
+    widths: tuple[tuple[int, int, int], ...] = ((4, 2, 16),),
+) -> list[RunSpec]:
     frameworks = ("hf", "plain", "lightning")
     models = ("llama", "olmoe", "mixtral", "qwen3", "qwen2moe")
     opts = ("adamw99b8", "adamw95-eps1e-06", "adamw95", "sgd", "adamw999", "adafactor", "adamw95-wd0")
@@ -723,6 +743,7 @@ def _held_out(seed0: int, shift: int, depths: tuple[int, ...] = (2,)) -> list[Ru
                 seed0 + i,
                 storage=storage,
                 layers=depths[(i // 5) % len(depths)],  # every cadence (i % 5) gets each depth
+                heads=widths[(i // 5) % len(widths)],  # ... and each width (query, KV heads, head_dim)
             )
         )
     specs = [rc.healthy() for rc in recs]
@@ -820,4 +841,5 @@ PARTS = {
     "holdout51": holdout51,
     "holdout52": holdout52,
     "holdout53": holdout53,
+    "holdout54": holdout54,
 }
