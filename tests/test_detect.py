@@ -1121,6 +1121,41 @@ def test_rising_against_a_hand_computation():
     assert h.tolist() == [False, False, False, False, True, False, False]
 
 
+def test_a_climb_at_the_first_readable_checkpoint_is_read_as_a_warm_up(tmp_path):
+    """Saves every 10 steps, a linear warm-up over 150 steps: the step size of every layer climbs x2
+    at step 40, the first checkpoint a jump can be read at (the update ratios start at step 20; the
+    first is set aside, so none is counted before step 30 and no direction is read there:
+    ``rising`` is False).  The rules of 89644a3 read that as off the running high and called the run
+    ``high_lr`` from step 40 (as a plain-loop Qwen3 4-layer recipe of ``holdout53`` whose warm-up's
+    second update ratio rose x2.3, and its two fault twins, were).  Now a checkpoint with no direction
+    to read counts as at its running high (``Params.rising_unread``, ``no_direction``): the climb
+    needs x``Params.jump_rising`` there and is no jump; a x3 climb at step 40 still is."""
+    for seed in range(4):
+        steps, s = _early_climb(seed, 40)
+        t = Timeline.from_arrays(steps, s)
+        j = int(np.searchsorted(steps, 40))
+        g = detect._model_steps(t)[0]
+        assert not detect.rising(g)[j].any() and detect.no_direction(g)[j].all(), seed
+        old = judge(tmp_path, t, [], params=detect.Params(rising_unread=False))["verdict"]
+        assert (old["decision"], old["earliest_step"]) == ("high_lr/jump", 40), (seed, old["decision"])
+        v = judge(tmp_path, t, [])["verdict"]
+        assert v["fault_type"] == "healthy", (seed, v["decision"])
+        steps, s = _early_climb(seed, 40, factor=3.0)
+        v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/jump", 40), (seed, v["decision"])
+
+
+def test_no_direction_against_a_hand_computation():
+    """At checkpoint i: the value at i - 1 defined, and no value counted before it (the first
+    defined value set aside, as ``rising`` counts)."""
+    g = np.log(np.array([np.nan, 5.0, 1.0, 2.0, 2.0, np.nan, 3.0]))[:, None]
+    # i=1: i-1 undefined; i=2: i-1 the first defined (set aside); i=3: i-1 the first counted;
+    # i=4: a value (1) counted before i-1; i=6: i-1 undefined
+    assert detect.no_direction(g)[:, 0].tolist() == [False, False, True, True, False, False, False]
+    assert detect.no_direction(g, skip=0)[:, 0].tolist() == [False, False, True, False, False, False, False]
+    assert not detect.no_direction(g[:1]).any()
+
+
 def _early_climb(seed, at_step: int, factor: float = 2.0, warmup: int = 150):
     """A run saved every 10 steps (``_fine_run_with_projections``, LR warm-up over ``warmup``
     steps) whose step size, attention and output projections both, climbs x``factor`` between two
@@ -3268,7 +3303,8 @@ def test_a_layer_settled_inside_the_warm_up_settles_again(tmp_path):
         assert steps[before[1]] == 50 and steps[before[0]] > 250, (seed, steps[before])
         now = detect.layer_starts(t)
         assert now[0] == before[0] and steps[now[1]] > 250, (seed, steps[now])
-        old = judge(tmp_path, t, [], params=detect.Params(resettle=0.0))["verdict"]
+        # the rules before both changes (a layer's first values read as no warm-up: ``rising_unread``)
+        old = judge(tmp_path, t, [], params=detect.Params(resettle=0.0, rising_unread=False))["verdict"]
         assert (old["decision"], old["earliest_step"]) == ("high_lr/jump", 110), (seed, old["decision"])
         v = judge(tmp_path, t, [])["verdict"]
         assert v["fault_type"] == "healthy", (seed, v["decision"])

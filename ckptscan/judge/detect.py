@@ -165,6 +165,9 @@ class Params:
     #                           not for the straddled shapes with straddle_warmup, whose bar there is
     #                           their own (the straddle's below x2 where the saves it spans are less
     #                           than x1.25 apart in steps; the straddled spike's x2 at least)
+    rising_unread: bool = True  # ... and where no direction can be read yet (``no_direction``: the value
+    #                            at i - 1 the first one counted), read as at its running high: the
+    #                            first values of a warm-up (False: not at its high, the rules of 89644a3)
     jump_blocks: bool = True  # ... read on the scored blocks too, where checkpoints are scored in blocks:
     #                           an LR ramped up over a few blocks rises too little between two saves to
     #                           jump (False: the checkpoints only, the rules before)
@@ -787,6 +790,22 @@ def rising(g: np.ndarray, skip: int = 1) -> np.ndarray:
     return out
 
 
+def no_direction(g: np.ndarray, skip: int = 1) -> np.ndarray:
+    """[N, L] log step sizes -> [N, L] bool: at checkpoint i, the value at i - 1 is defined but no
+    value counted before it (``rising``'s count: the first ``skip`` defined values set aside) to
+    read a direction from.  The first readable checkpoints of a run: ``rising`` says False there,
+    which is no evidence that the warm-up is over."""
+    g = np.asarray(g, dtype=np.float64)
+    out = np.zeros(g.shape, dtype=bool)
+    if g.shape[0] < 2:
+        return out
+    defined = np.isfinite(g)
+    counted = defined & (np.cumsum(defined, axis=0) > skip)
+    before = np.cumsum(counted, axis=0)  # counted values up to and including j
+    out[1:] = defined[:-1] & (before[:-1] - counted[:-1] == 0)
+    return out
+
+
 def _reads(shape: str) -> tuple[tuple[int, ...], int]:
     if shape not in JUMP_SHAPES:
         raise ValueError(f"unknown jump shape {shape!r} ({', '.join(JUMP_SHAPES)})")
@@ -921,6 +940,8 @@ def jump_alarms(
     ahead = np.zeros(g.shape, dtype=int)
     read_as = np.full(g.shape, "", dtype=object)  # the shape that read the layer's jump
     at_high = rising(g, params.warmup_skip)  # the attention step size at its running high (every shape)
+    if params.rising_unread:  # ... or too early in the run to tell: read as a warm-up still rising
+        at_high |= no_direction(g, params.warmup_skip)
     own = starts if params.level_settled else None  # a settled layer's level from its settled values
     fl, flat = fall_floor(params), fall_flat(params)  # the level on a fall, and what counts as one
     for shape, (_, n_ahead) in JUMP_SHAPES.items():
