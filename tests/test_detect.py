@@ -1127,7 +1127,7 @@ def test_a_climb_at_the_first_readable_checkpoint_is_read_as_a_warm_up(tmp_path)
     first is set aside, so none is counted before step 30 and no direction is read there:
     ``rising`` is False).  The rules of 89644a3 read that as off the running high and called the run
     ``high_lr`` from step 40 (as a plain-loop Qwen3 4-layer recipe of ``holdout53`` whose warm-up's
-    second update ratio rose x2.3, and its two fault twins, were).  Now a checkpoint with no direction
+    second to third update ratio rose x2 to x3, and its two fault twins, were).  Now a checkpoint with no direction
     to read counts as at its running high (``Params.rising_unread``, ``no_direction``): the climb
     needs x``Params.jump_rising`` there and is no jump; a x3 climb at step 40 still is."""
     for seed in range(4):
