@@ -146,7 +146,11 @@ class RunSpec:
         store = "" if self.storage == "default" else f"-{self.storage}"
         depth = "" if self.layers == 2 else f"-L{self.layers}"
         width = "" if self.head_dim == 16 else f"d{self.head_dim}"
-        width = "" if (self.heads, self.kv_heads, width) == (4, 2, "") else f"-H{self.heads}k{self.kv_heads}{width}"
+        width = (
+            ""
+            if (self.heads, self.kv_heads, width) == (4, 2, "")
+            else f"-H{self.heads}k{self.kv_heads}{width}"
+        )
         return (
             f"{self.framework}-{self.model}{depth}{width}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
             f"-s{self.seed}{store}"
@@ -320,7 +324,9 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
     c = corpus()
     params = {
         "naming": spec.model,
-        "model": model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim).to_diff_dict(),
+        "model": model_config(
+            spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim
+        ).to_diff_dict(),
         "model_class": model_cls.__name__,
         "seq_len": SEQ_LEN,
         "batch_size": BATCH_SIZE,
