@@ -772,6 +772,13 @@ def above_settled(
     return out
 
 
+def _counted(g: np.ndarray, skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """([N, L], [N, L]) bool: the defined values, and those counted (the first ``skip`` defined
+    values of each series set aside, as a baseline sets them aside)."""
+    defined = np.isfinite(g)
+    return defined, defined & (np.cumsum(defined, axis=0) > skip)
+
+
 def rising(g: np.ndarray, skip: int = 1) -> np.ndarray:
     """[N, L] log step sizes -> [N, L] bool: at checkpoint i, the series stood at its running
     high just before: the value at i - 1 at or above every value before it (its first ``skip``
@@ -782,8 +789,7 @@ def rising(g: np.ndarray, skip: int = 1) -> np.ndarray:
     out = np.zeros(g.shape, dtype=bool)
     if g.shape[0] < 3:
         return out
-    defined = np.isfinite(g)
-    counted = defined & (np.cumsum(defined, axis=0) > skip)
+    _, counted = _counted(g, skip)
     high = np.maximum.accumulate(np.where(counted, g, -np.inf), axis=0)  # high[j]: the highest to j
     with np.errstate(invalid="ignore"):
         out[2:] = counted[1:-1] & np.isfinite(high[:-2]) & (g[1:-1] >= high[:-2])
@@ -799,8 +805,7 @@ def no_direction(g: np.ndarray, skip: int = 1) -> np.ndarray:
     out = np.zeros(g.shape, dtype=bool)
     if g.shape[0] < 2:
         return out
-    defined = np.isfinite(g)
-    counted = defined & (np.cumsum(defined, axis=0) > skip)
+    defined, counted = _counted(g, skip)
     before = np.cumsum(counted, axis=0)  # counted values up to and including j
     out[1:] = defined[:-1] & (before[:-1] - counted[:-1] == 0)
     return out
