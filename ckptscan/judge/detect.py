@@ -915,7 +915,8 @@ def jump_alarms(
     above anything they reached
     since the layer settled (``above_settled``; ``starts``: ``layer_starts``, checkpoint indices);
     before the layer settled and where its attention step size stood at its running high just
-    before (``rising``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
+    before (``rising``; or, with ``params.rising_unread``, no direction could be read yet:
+    ``no_direction``), ``params.jump_rising`` times at least (0: ``params.jump`` there too), and
     in the straddled shapes (read before settling only with ``params.straddle_early``) only
     their own bar (``params.jump``; ``params.jump_spike`` for the straddled spike) times over what
     a linear warm-up could add across the saves it spans
