@@ -133,12 +133,8 @@ def test_the_wider_part_trains_every_width_at_every_cadence():
     }
     spec = next(s for s in healthy if s.heads == 16 and s.model == "mixtral")
     cfg = common.model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim)
-    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (
-        128,
-        16,
-        4,
-        8,
-    )
+    shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+    assert shape == (128, 16, 4, 8)
     assert cfg.intermediate_size == 2 * 32  # the experts widen with the model
     narrow = common.model_config(spec.model, spec.layers)  # the parts before: 64 wide, as they were
     assert (narrow.hidden_size, narrow.num_attention_heads, narrow.intermediate_size) == (64, 4, 32)

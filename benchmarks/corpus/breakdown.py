@@ -8,10 +8,10 @@ table per dimension: framework, save cadence, fault kind (benign events apart), 
 schedule, model, layers, heads (query / KV), warm-up.  Columns: runs; fault runs; detected (of the
 fault runs: alarm at/after the onset, before the divergence); class right (of all runs); false alarms
 (of all runs: any alarm on a healthy or benign run, an alarm before the onset on a fault run);
-inconclusive verdicts; the medians,
-over diverged fault runs, of ckptscan's lead minus the log-only rule's, that rule read by its first
-alarm and by its first alarm at or after the onset (``ckptscan.drills.evaluate.score_run``).  Nothing is
-hidden: every value of every dimension gets its row.
+inconclusive verdicts; the medians, over diverged fault runs, of ckptscan's lead minus the log-only
+rule's, that rule read by its first alarm and by its first alarm at or after the onset
+(``ckptscan.drills.evaluate.score_run``).  Nothing is hidden: every value of every dimension gets
+its row.
 """
 
 from __future__ import annotations

@@ -145,12 +145,9 @@ class RunSpec:
         pct = round(100 * self.warmup / self.steps)
         store = "" if self.storage == "default" else f"-{self.storage}"
         depth = "" if self.layers == 2 else f"-L{self.layers}"
-        width = "" if self.head_dim == 16 else f"d{self.head_dim}"
-        width = (
-            ""
-            if (self.heads, self.kv_heads, width) == (4, 2, "")
-            else f"-H{self.heads}k{self.kv_heads}{width}"
-        )
+        width = "" if (self.heads, self.kv_heads) == (4, 2) else f"-H{self.heads}k{self.kv_heads}"
+        if self.head_dim != 16:
+            width = f"-H{self.heads}k{self.kv_heads}d{self.head_dim}"
         return (
             f"{self.framework}-{self.model}{depth}{width}-{self.opt_tag}-{self.schedule}-w{pct}-e{self.save_every}"
             f"-s{self.seed}{store}"
