@@ -537,20 +537,21 @@ def test_one_layer_scored_alone_is_not_broad(tmp_path):
         assert {a.layer for a in alarms} == {1} and min(a.first_step for a in alarms) == 800, seed
 
 
-def _fine_run(seed, n=150, spacing=10, warmup=100, noise=0.03):
+def _fine_run(seed, n=150, spacing=10, warmup=100, noise=0.03, heads=H):
     """A run saved every ``spacing`` steps: update ratios that rise with a linear LR warm-up and
     then shrink slowly, D2 entropies at 0.65 that dip to 0.3 in layer 0 while the warm-up peaks
-    (the early-phase transient seen at 10-step saves), ||M|| growing from its initial scale."""
+    (the early-phase transient seen at 10-step saves), ||M|| growing from its initial scale;
+    ``heads`` query heads a layer."""
     rng = np.random.default_rng(seed)
     steps = np.arange(1, n + 1) * spacing
     lr = np.minimum(1.0, steps / warmup)
     ratio = (0.3 * lr * (steps / steps[-1]) ** -0.3)[:, None, None] * np.exp(
-        noise * rng.standard_normal((n, L, H))
+        noise * rng.standard_normal((n, L, heads))
     )
-    ent = 0.65 + noise * rng.standard_normal((n, L, H))
+    ent = 0.65 + noise * rng.standard_normal((n, L, heads))
     dip = (steps > 0.5 * warmup) & (steps < 1.5 * warmup)
     ent[dip, 0, :] = 0.3
-    m = (1.0 - np.exp(-steps / warmup))[:, None, None] * np.ones((n, L, H))
+    m = (1.0 - np.exp(-steps / warmup))[:, None, None] * np.ones((n, L, heads))
     s = {
         "attn.D2.entropy2": ent,
         "attn.q.update_ratio": ratio,
@@ -690,6 +691,34 @@ def test_an_alarm_set_aside_keeps_no_lone_head_company():
         assert detect.detect(t, detect.Params(asleep=False)) == [], seed
         d = detect.run_detection(t)
         assert d.alarms == [] and d.asleep == [], (seed, d.asleep)
+
+
+def test_a_lone_head_needs_a_higher_peak_in_a_model_with_more_heads():
+    """One head's D2 entropy settling at a lower level, alone, with a peak over ``z_lone``: in a
+    two-layer model of 4 query heads (8 head series, the models the bar was chosen on) it counts,
+    as it did; with 16 heads a layer (32 series) the old rules (``lone_growth`` 0) alarmed on it
+    too, and now it needs ``lone_bar``'s higher peak (healthy and benign runs of wider and deeper
+    models in the corpus had such heads).  Several heads falling together, or one falling far,
+    still count in the wide model."""
+    p = detect.Params()
+    old = dataclasses.replace(p, lone_growth=0.0)
+    assert detect.lone_bar(p, 8) == detect.lone_bar(p, 4) == p.z_lone
+    assert detect.lone_bar(p, 32) == p.z_lone + p.lone_growth * np.log(4.0) > p.z_lone
+    for seed in range(5):
+        for heads in (4, 16):
+            steps, s = _fine_run(seed, heads=heads)
+            s["attn.D2.entropy2"][steps > 1000, 1, 2] -= 0.25
+            t = Timeline.from_arrays(steps, s)
+            before = detect.detect(t, old)
+            assert [(a.layer, a.head) for a in before] == [(1, 2)], (seed, heads, before)
+            assert p.z_lone < before[0].score < detect.lone_bar(p, 32), (seed, heads, before)
+            assert detect.detect(t) == (before if heads == 4 else []), (seed, heads)
+        for heads_hit, drop in (((2, 3), 0.25), ((2,), 0.45)):
+            steps, s = _fine_run(seed, heads=16)
+            for h in heads_hit:
+                s["attn.D2.entropy2"][steps > 1000, 1, h] -= drop
+            found = detect.detect(Timeline.from_arrays(steps, s))
+            assert {(a.layer, a.head) for a in found} == {(1, h) for h in heads_hit}, (seed, heads_hit, found)
 
 
 def test_a_healthy_verdict_names_the_alarms_set_aside_on_a_dormant_layer(tmp_path):

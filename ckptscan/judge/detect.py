@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -147,6 +148,10 @@ class Params:
     #                         ``window`` of points scored after the run's settling, where some block does
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
+    )
+    lone_growth: float = 2.5  # ... raised by this times the log of the model's head series (layers x query
+    lone_series: int = (
+        8  #      heads) over this many (``lone_bar``; lone_growth 0: one bar, the rules before)
     )
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
@@ -2138,15 +2143,18 @@ def run_detection(
             )
         )
     logit_layers = {c.layer for c in cols if c.det.role == Role.LOGITS}
+    head_series = len(
+        {(c.layer, c.head) for c in cols if c.det.role == Role.STRUCTURE and c.head is not None}
+    )
     asleep: list[Alarm] = []
     if params.asleep:  # before the lone-head rule: a head set aside is no head's company
         found = alarms
         alarms, aside = _drop_asleep(found, timeline, params)
         # reported as set aside: those that would have counted had their layer been learning (a
         # weak lone alarm on a dormant head, or a lone layer's logits, is dropped either way)
-        kept = _drop_unaccompanied(found, params, logit_layers)
+        kept = _drop_unaccompanied(found, params, logit_layers, head_series)
         asleep = [a for a in aside if a in kept]
-    alarms = _drop_unaccompanied(alarms, params, logit_layers)
+    alarms = _drop_unaccompanied(alarms, params, logit_layers, head_series)
     uncounted: list[Alarm] = []
     if reference is None:  # a jump is read against the run's own level just before it
         counted = jump_alarms(fine, params, block, detectors, fine_starts)
@@ -2211,17 +2219,26 @@ def uncounted_jump(
     return [] if counted and counted[0].index <= last else below
 
 
-def _drop_lone(alarms: list[Alarm], params: Params) -> list[Alarm]:
+def lone_bar(params: Params, series: int) -> float:
+    """The peak a head's structure alarm needs when no other head alarms near it, in a model with
+    ``series`` per-head structure series (layers x query heads): ``params.z_lone``, raised by
+    ``params.lone_growth`` times the log of how many times over ``params.lone_series`` the model has.
+    A model with more heads gives a chance crossing more places to happen."""
+    return params.z_lone + params.lone_growth * math.log(max(series, params.lone_series) / params.lone_series)
+
+
+def _drop_lone(alarms: list[Alarm], params: Params, series: int = 0) -> list[Alarm]:
     """Per-head structure alarms, less those of a head alarming alone with a peak under
-    ``params.z_lone``.  One head among a model's many crossing z three times in a row by chance
-    is far likelier than any given head doing so; a numerics fault reaches more than one head, or
-    reaches one far.  Other alarms pass unchanged."""
+    ``lone_bar`` (``series``: the model's per-head structure series).  One head among a model's
+    many crossing z three times in a row by chance is far likelier than any given head doing so;
+    a numerics fault reaches more than one head, or reaches one far.  Other alarms pass unchanged."""
     heads = [a for a in alarms if a.role == "structure" and a.head is not None]
+    bar = lone_bar(params, series)
     return [
         a
         for a in alarms
         if a not in heads
-        or a.score >= params.z_lone
+        or a.score >= bar
         or _accompanied(a, heads, params.persist, lambda b: (b.layer, b.head))
     ]
 
@@ -2250,10 +2267,13 @@ def _accompanied(a: Alarm, others: list[Alarm], persist: int, where) -> bool:
     return any(abs(b.index - a.index) < persist and where(b) != where(a) for b in others)
 
 
-def _drop_unaccompanied(alarms: list[Alarm], params: Params, logit_layers: set[int]) -> list[Alarm]:
-    """``alarms`` less a head's weak collapse alone (``_drop_lone``) and, with
-    ``params.logits_lone``, a layer's logits growing alone (``_drop_lone_logits``)."""
-    alarms = _drop_lone(alarms, params)
+def _drop_unaccompanied(
+    alarms: list[Alarm], params: Params, logit_layers: set[int], head_series: int = 0
+) -> list[Alarm]:
+    """``alarms`` less a head's weak collapse alone (``_drop_lone``; ``head_series``: the model's
+    per-head structure series) and, with ``params.logits_lone``, a layer's logits growing alone
+    (``_drop_lone_logits``)."""
+    alarms = _drop_lone(alarms, params, head_series)
     return _drop_lone_logits(alarms, params, logit_layers) if params.logits_lone else alarms
 
 
