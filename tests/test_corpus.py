@@ -404,3 +404,25 @@ def test_twin_ceiling_reads_departures_from_the_twin_in_the_window():
     one.series["attn.q.update_ratio"][5:, 0] *= 3.0
     one.series["attn.k.update_ratio"][5:, 0] *= 3.0
     assert departures(one, twin, 550, None)[0] == pytest.approx(1.0)
+
+
+def test_lone_heads_lists_a_head_alarming_alone_and_not_heads_falling_together():
+    """``benchmarks/corpus/lone_heads.py``'s ``lone_alarms``: in a model of 2 layers of 16 heads (32
+    head series), one head whose D2 entropy settles lower is read alone whatever its peak (the
+    lone-head rule off); two heads of the other layer falling together, earlier, are not alone."""
+    from benchmarks.corpus.lone_heads import lone_alarms
+    from ckptscan.judge import detect
+    from ckptscan.store.timeline import Timeline
+    from tests.test_detect import _fine_run
+
+    off = detect.Params(z_lone=0.0, lone_growth=0.0)
+    for seed in range(3):
+        steps, s = _fine_run(seed, heads=16)
+        s["attn.D2.entropy2"][steps > 1100, 1, 2] -= 0.25
+        series, lone = lone_alarms(Timeline.from_arrays(steps, s))
+        assert series == 32 and [(a.layer, a.head) for a in lone] == [(1, 2)], lone
+        for h in (5, 6):
+            s["attn.D2.entropy2"][steps > 700, 0, h] -= 0.25
+        t = Timeline.from_arrays(steps, s)
+        assert {(a.layer, a.head) for a in detect.detect(t, off)} == {(0, 5), (0, 6), (1, 2)}, seed
+        assert [(a.layer, a.head) for a in lone_alarms(t)[1]] == [(1, 2)], seed

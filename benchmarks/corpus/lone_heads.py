@@ -1,0 +1,84 @@
+"""One head's D2-entropy alarm read alone, per run: what the lone-head rule (``detect.lone_bar``)
+decides on, by how many head series the model has.
+
+    python benchmarks/corpus/lone_heads.py --ana /work/corpus-ana/holdout54 /work/corpus-ana/holdout55
+
+For every analysed run with an ``eval.json`` row beside it (``score.py`` writes both), the
+per-head structure alarms the run's detection raises with the lone-head rule off (``z_lone`` 0,
+``lone_growth`` 0), less those with another head's alarm triggered within ``Params.persist`` points:
+the alarms the rule judges.  Per head-series count (layers x query heads): how many healthy or
+benign runs and head series were read, how many such alarms they raised and their peaks, and how
+many clear the current bar; the same for fault runs' alarms at or after their onset (those the rule
+can keep or drop).  Lists every healthy or benign one.  Reads only the stored timelines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository root is on sys.path
+
+
+def lone_alarms(timeline) -> tuple[int, list]:
+    """(the model's head series, the per-head structure alarms read alone with the rule off)."""
+    from ckptscan.judge import detect
+    from ckptscan.monitors import Role
+
+    p = detect.Params()
+    off = dataclasses.replace(p, z_lone=0.0, lone_growth=0.0)
+    heads = [
+        a
+        for a in detect.run_detection(timeline, off).alarms
+        if a.role == Role.STRUCTURE and a.head is not None
+    ]
+    lone = [a for a in heads if not detect._accompanied(a, heads, p.persist, lambda b: (b.layer, b.head))]
+    shapes = [timeline.get(n).shape for n in timeline.names() if n.endswith(".D2.entropy2")]
+    series = max((s[1] * s[2] for s in shapes if len(s) == 3), default=0)
+    return series, lone
+
+
+def main(argv=None) -> int:
+    args = margin_cli.parser(__doc__).parse_args(argv)
+    from ckptscan.api import load_result
+    from ckptscan.judge import detect
+
+    runs: dict[int, int] = defaultdict(int)
+    clean: dict[int, list[tuple[float, str, int, int, int]]] = defaultdict(list)
+    fault: dict[int, list[float]] = defaultdict(list)
+    for root in args.ana:
+        for row in json.loads((root / args.eval).read_text())["rows"]:
+            if row.get("verdict") == "error":
+                continue
+            series, lone = lone_alarms(load_result(root / row["run"]).timeline)
+            if row["truth"] == "healthy":
+                runs[series] += 1
+                clean[series] += [(a.score, row["run"], a.layer, a.head, a.trigger_step) for a in lone]
+            elif row.get("onset") is not None:
+                fault[series] += [a.score for a in lone if a.trigger_step >= row["onset"]]
+    print("series  healthy/benign runs  series read  lone alarms  over the bar  peaks")
+    print("        | fault runs' alarms at/after their onset, over the bar")
+    for n in sorted(set(runs) | set(fault)):
+        bar = detect.lone_bar(detect.Params(), n)
+        peaks = sorted((c[0] for c in clean[n]), reverse=True)
+        over = sum(x >= bar for x in peaks)
+        shown = " ".join(f"{x:.2f}" for x in peaks) or "-"
+        f_over = sum(x >= bar for x in fault[n])
+        print(
+            f"{n:6d}  {runs[n]:19d}  {runs[n] * n:11d}  {len(peaks):11d}  {over:12d}  {shown} (bar {bar:.2f})"
+            f" | {len(fault[n])}, {f_over}"
+        )
+    for n in sorted(clean):
+        for score, run, layer, head, step in sorted(clean[n], reverse=True):
+            print(f"  {n} series: {run} layer {layer} head {head} from step {step}: z {score:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
