@@ -7,6 +7,7 @@ import json
 from typing import cast
 
 import numpy as np
+import pytest
 
 from ckptscan.judge import classify, detect, verdict
 from ckptscan.judge.verdict import judge
@@ -696,22 +697,25 @@ def test_an_alarm_set_aside_keeps_no_lone_head_company():
 def test_a_lone_head_needs_a_higher_peak_in_a_model_with_more_heads():
     """One head's D2 entropy settling at a lower level, alone, with a peak over ``z_lone``: in a
     two-layer model of 4 query heads (8 head series, the models the bar was chosen on) it counts,
-    as it did; with 16 heads a layer (32 series) the old rules (``lone_growth`` 0) alarmed on it
-    too, and now it needs ``lone_bar``'s higher peak (healthy and benign runs of wider and deeper
+    as it did; with 8 or 16 heads a layer (16 or 32 series) the old rules (``lone_growth`` 0)
+    alarmed on it too, and now it needs ``lone_bar``'s higher peak (healthy and benign runs of wider and deeper
     models in the corpus had such heads).  Several heads falling together, or one falling far,
     still count in the wide model."""
     p = detect.Params()
     old = dataclasses.replace(p, lone_growth=0.0)
-    assert detect.lone_bar(p, 8) == detect.lone_bar(p, 4) == p.z_lone
-    assert detect.lone_bar(p, 32) == p.z_lone + p.lone_growth * np.log(4.0) > p.z_lone
+    assert detect.lone_bar(p, 8) == detect.lone_bar(p, 4) == detect.lone_bar(p, 0) == p.z_lone
+    assert detect.lone_bar(dataclasses.replace(p, lone_series=0), 32) == p.z_lone
+    assert detect.lone_bar(p, 16) == pytest.approx(5.733, abs=1e-3)  # 4 + 2.5 ln 2
+    assert detect.lone_bar(p, 32) == pytest.approx(7.466, abs=1e-3)  # 4 + 2.5 ln 4
     for seed in range(5):
-        for heads in (4, 16):
+        for heads in (4, 8, 16):
             steps, s = _fine_run(seed, heads=heads)
             s["attn.D2.entropy2"][steps > 1000, 1, 2] -= 0.25
             t = Timeline.from_arrays(steps, s)
+            assert detect.run_detection(t).head_series == 2 * heads
             before = detect.detect(t, old)
             assert [(a.layer, a.head) for a in before] == [(1, 2)], (seed, heads, before)
-            assert p.z_lone < before[0].score < detect.lone_bar(p, 32), (seed, heads, before)
+            assert p.z_lone < before[0].score < detect.lone_bar(p, 16), (seed, heads, before)
             assert detect.detect(t) == (before if heads == 4 else []), (seed, heads)
         for heads_hit, drop in (((2, 3), 0.25), ((2,), 0.45)):
             steps, s = _fine_run(seed, heads=16)

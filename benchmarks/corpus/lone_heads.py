@@ -1,15 +1,16 @@
 """One head's D2-entropy alarm read alone, per run: what the lone-head rule (``detect.lone_bar``)
 decides on, by how many head series the model has.
 
-    python benchmarks/corpus/lone_heads.py --ana /work/corpus-ana/holdout54 /work/corpus-ana/holdout55
+    python benchmarks/corpus/lone_heads.py --ana /work/corpus-ana/holdout53 /work/corpus-ana/holdout54
 
 For every analysed run with an ``eval.json`` row beside it (``score.py`` writes both), the
 per-head structure alarms the run's detection raises with the lone-head rule off (``z_lone`` 0,
 ``lone_growth`` 0), less those with another head's alarm triggered within ``Params.persist`` points:
-the alarms the rule judges.  Per head-series count (layers x query heads): how many healthy or
-benign runs and head series were read, how many such alarms they raised and their peaks, and how
-many clear the current bar; the same for fault runs' alarms at or after their onset (those the rule
-can keep or drop).  Lists every healthy or benign one.  Reads only the stored timelines.
+the alarms the rule judges.  Per head-series count (``Detection.head_series``: layers x query
+heads): how many healthy or benign runs and head series were read, how many such alarms they raised
+and their peaks, and how many clear the current bar; for fault runs' alarms at or after their onset,
+how many there were, how many reach ``Params.z_lone`` (the bar of the models of 8 series) and how
+many clear the current bar.  Lists every healthy or benign one.  Reads only the stored timelines.
 """
 
 from __future__ import annotations
@@ -32,16 +33,10 @@ def lone_alarms(timeline) -> tuple[int, list]:
     from ckptscan.monitors import Role
 
     p = detect.Params()
-    off = dataclasses.replace(p, z_lone=0.0, lone_growth=0.0)
-    heads = [
-        a
-        for a in detect.run_detection(timeline, off).alarms
-        if a.role == Role.STRUCTURE and a.head is not None
-    ]
+    found = detect.run_detection(timeline, dataclasses.replace(p, z_lone=0.0, lone_growth=0.0))
+    heads = [a for a in found.alarms if a.role == Role.STRUCTURE and a.head is not None]
     lone = [a for a in heads if not detect._accompanied(a, heads, p.persist, lambda b: (b.layer, b.head))]
-    shapes = [timeline.get(n).shape for n in timeline.names() if n.endswith(".D2.entropy2")]
-    series = max((s[1] * s[2] for s in shapes if len(s) == 3), default=0)
-    return series, lone
+    return found.head_series, lone
 
 
 def main(argv=None) -> int:
@@ -63,16 +58,17 @@ def main(argv=None) -> int:
             elif row.get("onset") is not None:
                 fault[series] += [a.score for a in lone if a.trigger_step >= row["onset"]]
     print("series  healthy/benign runs  series read  lone alarms  over the bar  peaks")
-    print("        | fault runs' alarms at/after their onset, over the bar")
+    print("        | fault runs' alarms at/after their onset: all, reaching z_lone, over the bar")
     for n in sorted(set(runs) | set(fault)):
         bar = detect.lone_bar(detect.Params(), n)
         peaks = sorted((c[0] for c in clean[n]), reverse=True)
         over = sum(x >= bar for x in peaks)
         shown = " ".join(f"{x:.2f}" for x in peaks) or "-"
         f_over = sum(x >= bar for x in fault[n])
+        f_base = sum(x >= detect.Params().z_lone for x in fault[n])
         print(
             f"{n:6d}  {runs[n]:19d}  {runs[n] * n:11d}  {len(peaks):11d}  {over:12d}  {shown} (bar {bar:.2f})"
-            f" | {len(fault[n])}, {f_over}"
+            f" | {len(fault[n])}, {f_base}, {f_over}"
         )
     for n in sorted(clean):
         for score, run, layer, head, step in sorted(clean[n], reverse=True):

@@ -1975,6 +1975,9 @@ class Detection:
     # the alarms set aside because their layer (head) was ``dormant`` at their trigger point
     # (``_drop_asleep``): never alarms of the run, reported in ``examination``
     asleep: list[Alarm] = dataclasses.field(default_factory=list)
+    # the model's per-head structure series (layers x query heads with a D2-entropy column, read or
+    # not): what the lone-head bar grows with (``lone_bar``)
+    head_series: int = 0
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -2189,6 +2192,7 @@ def run_detection(
         if reference is None
         else None,
         asleep,
+        head_series,
     )
 
 
@@ -2221,13 +2225,16 @@ def uncounted_jump(
 
 def lone_bar(params: Params, series: int) -> float:
     """The peak a head's structure alarm needs when no other head alarms near it, in a model with
-    ``series`` per-head structure series (layers x query heads): ``params.z_lone``, raised by
-    ``params.lone_growth`` times the log of how many times over ``params.lone_series`` the model has.
+    ``series`` per-head structure series (layers x query heads, ``Detection.head_series``):
+    ``params.z_lone``, raised by ``params.lone_growth`` times the log of how many times over
+    ``params.lone_series`` the model has (no more than that, or ``lone_series`` 0: ``z_lone``).
     A model with more heads gives a chance crossing more places to happen."""
-    return params.z_lone + params.lone_growth * math.log(max(series, params.lone_series) / params.lone_series)
+    if params.lone_growth == 0 or params.lone_series <= 0 or series <= params.lone_series:
+        return params.z_lone
+    return params.z_lone + params.lone_growth * math.log(series / params.lone_series)
 
 
-def _drop_lone(alarms: list[Alarm], params: Params, series: int = 0) -> list[Alarm]:
+def _drop_lone(alarms: list[Alarm], params: Params, series: int) -> list[Alarm]:
     """Per-head structure alarms, less those of a head alarming alone with a peak under
     ``lone_bar`` (``series``: the model's per-head structure series).  One head among a model's
     many crossing z three times in a row by chance is far likelier than any given head doing so;
@@ -2268,7 +2275,7 @@ def _accompanied(a: Alarm, others: list[Alarm], persist: int, where) -> bool:
 
 
 def _drop_unaccompanied(
-    alarms: list[Alarm], params: Params, logit_layers: set[int], head_series: int = 0
+    alarms: list[Alarm], params: Params, logit_layers: set[int], head_series: int
 ) -> list[Alarm]:
     """``alarms`` less a head's weak collapse alone (``_drop_lone``; ``head_series``: the model's
     per-head structure series) and, with ``params.logits_lone``, a layer's logits growing alone
