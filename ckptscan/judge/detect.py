@@ -149,10 +149,10 @@ class Params:
     z_lone: float = (
         4.0  # a per-head structure alarm with no other head's alarm within persist points needs this peak
     )
-    lone_growth: float = 2.5  # ... raised by this times the log of the model's head series (layers x query
-    lone_series: int = (
-        8  #      heads) over this many (``lone_bar``; lone_growth 0: one bar, the rules before)
-    )
+    lone_growth: float = 2.5  # ... plus this times ln(head series / lone_series) in a model of more head
+    #                           series (layers x query heads) than ``lone_series`` (``lone_bar``; 0: one
+    #                           bar for every model, the rules before)
+    lone_series: int = 8
     jump: float = 1.6  # a step-size jump (``jump_alarms``): the whole model's step size x this over its
     #                    level just before, at two checkpoints in a row (0: the rule is off)
     jump_spike: float = 2.0  # ... or one checkpoint this far over it, the next x spike_stays over it:
