@@ -30,13 +30,10 @@ from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository r
 def lone_alarms(timeline) -> tuple[int, list]:
     """(the model's head series, the per-head structure alarms read alone with the rule off)."""
     from ckptscan.judge import detect
-    from ckptscan.monitors import Role
 
     p = detect.Params()
     found = detect.run_detection(timeline, dataclasses.replace(p, z_lone=0.0, lone_growth=0.0))
-    heads = [a for a in found.alarms if a.role == Role.STRUCTURE and a.head is not None]
-    lone = [a for a in heads if not detect._accompanied(a, heads, p.persist, lambda b: (b.layer, b.head))]
-    return found.head_series, lone
+    return found.head_series, detect.lone_heads(found.alarms, p.persist)
 
 
 def main(argv=None) -> int:

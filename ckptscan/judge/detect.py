@@ -2234,20 +2234,21 @@ def lone_bar(params: Params, series: int) -> float:
     return params.z_lone + params.lone_growth * math.log(series / params.lone_series)
 
 
+def lone_heads(alarms: list[Alarm], persist: int) -> list[Alarm]:
+    """The per-head structure alarms of ``alarms`` with no other head's such alarm triggered within
+    ``persist`` points: the alarms the lone-head rule judges (``_drop_lone``)."""
+    heads = [a for a in alarms if a.role == Role.STRUCTURE and a.head is not None]
+    return [a for a in heads if not _accompanied(a, heads, persist, lambda b: (b.layer, b.head))]
+
+
 def _drop_lone(alarms: list[Alarm], params: Params, series: int) -> list[Alarm]:
-    """Per-head structure alarms, less those of a head alarming alone with a peak under
-    ``lone_bar`` (``series``: the model's per-head structure series).  One head among a model's
-    many crossing z three times in a row by chance is far likelier than any given head doing so;
-    a numerics fault reaches more than one head, or reaches one far.  Other alarms pass unchanged."""
-    heads = [a for a in alarms if a.role == "structure" and a.head is not None]
+    """``alarms`` less the lone heads' alarms (``lone_heads``) with a peak under ``lone_bar``
+    (``series``: the model's per-head structure series).  One head among a model's many crossing
+    z three times in a row by chance is far likelier than any given head doing so; a numerics
+    fault reaches more than one head, or reaches one far.  Other alarms pass unchanged."""
     bar = lone_bar(params, series)
-    return [
-        a
-        for a in alarms
-        if a not in heads
-        or a.score >= bar
-        or _accompanied(a, heads, params.persist, lambda b: (b.layer, b.head))
-    ]
+    weak = [a for a in lone_heads(alarms, params.persist) if a.score < bar]
+    return [a for a in alarms if a not in weak]
 
 
 def _drop_lone_logits(alarms: list[Alarm], params: Params, layers: set[int]) -> list[Alarm]:
