@@ -98,7 +98,7 @@ def test_growing_step_size_is_high_lr():
     assert v["fault_type"] == "high_lr"
 
 
-def _alarm(role, idx, layer=0, head=None, block=None):
+def _alarm(role, idx, layer=0, head=None, block=None, score=5.0, test=""):
     block = (
         block
         or {
@@ -109,7 +109,17 @@ def _alarm(role, idx, layer=0, head=None, block=None):
         }[role]
     )
     return detect.Alarm(
-        block, block, layer, head, int(STEPS[idx]), idx, 5.0, role, "up", trigger_step=int(STEPS[idx])
+        block,
+        block,
+        layer,
+        head,
+        int(STEPS[idx]),
+        idx,
+        score,
+        role,
+        "up",
+        trigger_step=int(STEPS[idx]),
+        test=test,
     )
 
 
@@ -122,7 +132,13 @@ def test_a_step_size_that_grew_within_a_settling_time_of_the_collapse_is_combine
     that settled at step 300 (the collapse 1.3 settling times later), or one whose settling is
     not known, stays ``high_lr``."""
     a = _alarm
-    alarms = [a("step_size", 5), a("step_size", 6, 1), a("structure", 9, 0, 1), a("structure", 9, 1, 2)]
+    deep = 12.0  # a collapse deep enough to be the low-precision fault's (``Params.collapse_z``)
+    alarms = [
+        a("step_size", 5),
+        a("step_size", 6, 1),
+        a("structure", 9, 0, 1, score=deep),
+        a("structure", 9, 1, 2),
+    ]
 
     def cov(settled):
         return {"missing": None, "settled_step": settled}
@@ -165,9 +181,11 @@ def test_a_collapse_in_one_head_after_the_step_size_grew_is_high_lr(monkeypatch)
     v = classify.classify(grew + [a("structure", 9, 0, 1)], [], L, STEPS, cov)
     assert (v["fault_type"], v["decision"], v["earliest_step"]) == ("high_lr", "high_lr/lone-collapse", 600)
     assert "1 head(s)" in v["reason"] and v["confidence"] > 0.5
-    v = classify.classify(grew + [a("structure", 9, 0, 1), a("structure", 10, 1, 2)], [], L, STEPS, cov)
+    deep = a("structure", 10, 1, 2, score=12.0)  # deep enough for the low-precision fault (collapse_z)
+    v = classify.classify(grew + [a("structure", 9, 0, 1), deep], [], L, STEPS, cov)
     assert (v["fault_type"], v["decision"]) == ("combined", "combined/step-size-first")
-    v = classify.classify(grew + [a("structure", 9, 0, 1), a("structure", 9, 1, None)], [], L, STEPS, cov)
+    fall = a("structure", 9, 1, None, score=0.25, test="fall")
+    v = classify.classify(grew + [a("structure", 9, 0, 1), fall], [], L, STEPS, cov)
     assert v["fault_type"] == "combined"
     # with it, in q and k: together, one head
     together = [
@@ -179,12 +197,69 @@ def test_a_collapse_in_one_head_after_the_step_size_grew_is_high_lr(monkeypatch)
     # the rule before
     monkeypatch.setattr(classify, "LONE_COLLAPSE", False)
     assert classify.classify(together, [], L, STEPS)["decision"] == "combined/together"
-    v = classify.classify(grew + [a("structure", 9, 0, 1)], [], L, STEPS, cov)
+    v = classify.classify(grew + [a("structure", 9, 0, 1, score=12.0)], [], L, STEPS, cov)
     assert v["decision"] == "combined/step-size-first"
     monkeypatch.undo()
     # no step size grew: one head is the low-precision fault's (z_lone judged it in detect)
     v = classify.classify([a("structure", 9, 0, 1)], [], L, STEPS, cov)
     assert v["fault_type"] == "lowprec_attention"
+
+
+def _grow_then_collapse(seed, drop=None, level=None):
+    """The attention step size grows x1.6 a checkpoint across the model from checkpoint 9 on (a
+    too-large LR ramping up); three points later two heads of layer 1 fall, by ``drop`` or to
+    ``level``."""
+    s = healthy(seed)
+    t = np.arange(N)
+    grow = np.where(t >= 9, 1.6 ** (t - 8.0), 1.0)[:, None, None]
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+        s[name] = s[name] * grow
+    ent = s["attn.D2.entropy2"]
+    ent[12:, 1, 1:3] = ent[12:, 1, 1:3] - drop if drop is not None else level
+    return s
+
+
+def test_a_shallow_collapse_after_the_step_size_grew_is_high_lr(tmp_path):
+    """The step size grows and, within the decision window, two heads' D2 entropy falls by 0.3 (z
+    6-7; each head at a third of its level, above the tenth a depth alarm needs): the old rules read both faults
+    (``combined/step-size-first``).  On the corpus a too-large LR alone often brings such a
+    shallow collapse; the low-precision fault's go deeper.  ``Params.collapse_z``: shallow, it is
+    the step size's doing (``high_lr/shallow-collapse``); deep (the heads under a tenth of their
+    level: a depth alarm), ``combined`` still."""
+    old = detect.Params(collapse_z=0.0)
+    for seed in range(4):
+        s = _grow_then_collapse(seed, drop=0.3)
+        was = judge(tmp_path, tl(s), [], params=old)["verdict"]
+        assert (was["fault_type"], was["decision"]) == ("combined", "combined/step-size-first"), seed
+        v = judge(tmp_path, tl(s), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("high_lr", classify.SHALLOW_PATH), seed
+        assert v["earliest_step"] == was["earliest_step"] and "stayed shallow" in v["reason"], seed
+        v = judge(tmp_path, tl(_grow_then_collapse(seed, level=0.02)), [])["verdict"]
+        assert (v["fault_type"], v["decision"]) == ("combined", "combined/step-size-first"), seed
+    # each kind of depth counts (a z-scored alarm's peak, a depth alarm, a layer's fall); the
+    # together path (the step size growing with the collapse, not before it) is not read this way
+    a = _alarm
+    cov = {"missing": None, "settled_step": 500}
+    grew = [a("step_size", 5), a("step_size", 6, 1)]
+    two = [a("structure", 7, 1, 0), a("structure", 7, 1, 2)]
+    assert classify.classify(grew + two, [], L, STEPS, cov)["decision"] == classify.SHALLOW_PATH
+    for deep in (
+        a("structure", 7, 0, 1, score=10.0),
+        a("structure", 7, 0, 1, score=10.0, test="rate"),
+        a("structure", 7, 0, 1, score=12.0, test="depth"),
+        a("structure", 7, 0, None, score=0.2, test="fall"),
+        a("structure", 7, 0, None, score=0.6, test="early-fall"),
+    ):
+        assert (
+            classify.classify(grew + two + [deep], [], L, STEPS, cov)["decision"]
+            == "combined/step-size-first"
+        )
+    for shallow in (a("structure", 7, 0, 1, score=9.9), a("structure", 7, 0, None, score=0.19, test="fall")):
+        assert (
+            classify.classify(grew + two + [shallow], [], L, STEPS, cov)["decision"] == classify.SHALLOW_PATH
+        )
+    together = two + [a("step_size", 7, 0), a("step_size", 7, 0, block="attn.k.update_ratio")]
+    assert classify.classify(together, [], L, STEPS, cov)["decision"] == "combined/together"
 
 
 def test_classification_rules_and_overflow():
@@ -206,7 +281,7 @@ def test_classification_rules_and_overflow():
     # the step size grew first, and a collapse (two heads) came within the decision window: both faults
     assert (
         classify.classify(
-            [a("step_size", 5), a("structure", 7, 0, 1), a("structure", 7, 1, 0)], [], L, STEPS
+            [a("step_size", 5), a("structure", 7, 0, 1, score=12.0), a("structure", 7, 1, 0)], [], L, STEPS
         )["fault_type"]
         == "combined"
     )

@@ -53,10 +53,16 @@ PROJ_RISE = 1.25
 
 LR_ROLES = ("step_size", "second_order")
 
+DEFAULT_RULES = Params()  # the rules the classifier reads where none are given (frozen)
+
 # a collapse in one head alone, with the step size growing before it or with it: ``high_lr``
 # (``LONE_PATH``), not ``combined`` (False: the rules before)
 LONE_COLLAPSE = True
 LONE_PATH = "high_lr/lone-collapse"
+
+# the decision path of a collapse after the step size grew that is too shallow to be the
+# low-precision fault's (``detect.Params.collapse_z``, ``collapse_fall``; ``_deep``)
+SHALLOW_PATH = "high_lr/shallow-collapse"
 
 # the decision path of a collapse read as combined from a whole-model jump that came before the
 # decision window (``detect.Params.jump_before``)
@@ -92,6 +98,9 @@ CONFIDENCE: dict[str, tuple[int, int]] = {
     "combined/projections-up": (2, 2),  # a collapse with the output projections over their earlier level
     LONE_PATH: (5, 7),  # a collapse in one head alone, after the step size grew or with it
     JUMP_BEFORE_PATH: (7, 12),  # a collapse after a whole-model jump x jump_before, before the window
+    # added with the rule (``Params.collapse_z``), counted on the parts it was chosen on (holdout44 to
+    # holdout55, rules of its freeze): the four wrong ones were combined runs
+    SHALLOW_PATH: (15, 19),  # a shallow collapse after the step size grew
 }
 
 
@@ -134,7 +143,7 @@ def classify(
     model_jump: ModelJump | None = None,
     divergence: int | None = None,
     proj_rise: ModelJump | None = None,
-    jump_before: float = Params.jump_before,
+    params: Params = DEFAULT_RULES,
 ) -> dict:
     """The ``verdict`` object of summary.json from sustained alarms and overflow findings.
 
@@ -153,9 +162,11 @@ def classify(
     apply): a run whose loss diverged is never ``healthy`` or ``inconclusive`` (``LOSS_DIVERGED``).
     ``proj_rise``: per checkpoint, the output projections' step size over where it stood 1/3 to 2
     settling times before, across the model (``detect.projections_rise``; NaN unread or at/after
-    the divergence; None: nothing to read).  ``jump_before`` (``detect.Params.jump_before``): the
-    factor of a whole-model jump at any checkpoint before a collapse that makes it ``combined``
-    (``JUMP_BEFORE_PATH``; 0: not read)."""
+    the divergence; None: nothing to read).  ``params``: the rules the classifier reads
+    (``detect.Params.jump_before``: the factor of a whole-model jump at any checkpoint before a
+    collapse that makes it ``combined``, ``JUMP_BEFORE_PATH``; ``collapse_z`` and
+    ``collapse_fall``: how deep a collapse that followed the step size must be to count as the
+    low-precision fault's, ``SHALLOW_PATH``)."""
     verdict = _verdict(
         alarms,
         overflow,
@@ -166,7 +177,7 @@ def classify(
         model_jump,
         divergence,
         proj_rise,
-        jump_before,
+        params,
     )
     note = uncounted_jump(uncounted or [], n_layers, horizon, steps)
     if note is not None:
@@ -223,7 +234,7 @@ def _verdict(
     model_jump: ModelJump | None = None,
     divergence: int | None = None,
     proj_rise: ModelJump | None = None,
-    jump_before: float = Params.jump_before,
+    params: Params = DEFAULT_RULES,
 ) -> dict:
     first_over = min(overflow, key=lambda f: f["step"]) if overflow else None
     if not alarms and first_over is None:
@@ -281,7 +292,7 @@ def _verdict(
         model_jump,
         (coverage or {}).get("settled_step"),
         proj_rise,
-        jump_before,
+        params,
     )
     # evidence that is not an alarm (``combined/jump``, ``JUMP_BEFORE_PATH``): the run is off since it
     if since is not None:
@@ -414,6 +425,26 @@ def _collapsed_where(heads: set[tuple[int, int | None]]) -> str:
     return " and ".join(parts)
 
 
+def _deep(structure: list[Alarm], params: Params) -> bool:
+    """Some structure alarm of a collapse is deep enough to be the low-precision fault's: a
+    z-scored D2-entropy alarm (``detect`` tests "level", "rate", "shift") peaking at
+    ``params.collapse_z`` or more, a head's D2 entropy under a tenth of its settled level with
+    another head's (``depth_alarms``), a fall before a divergence (``early_fall_alarms``: under
+    half its level), or a layer's slow fall of ``params.collapse_fall`` or more
+    (``fall_alarms``, scored in entropy units).  ``collapse_z`` 0: every collapse is deep."""
+    if params.collapse_z <= 0:
+        return True
+    for a in structure:
+        if a.test in ("depth", "early-fall"):
+            return True
+        if a.test == "fall":
+            if a.score >= params.collapse_fall:
+                return True
+        elif a.score >= params.collapse_z:
+            return True
+    return False
+
+
 def _lone_head(heads: set[tuple[int, int | None]]) -> bool:
     """The collapse's structure alarms lie in one head alone (no other head's, no layer's slow
     fall).  Head None is a layer's reading (a slow fall, or a layout with one head per layer,
@@ -467,7 +498,7 @@ def _signature(
     model_jump: ModelJump | None = None,
     settled_step: int | None = None,
     proj_rise: ModelJump | None = None,
-    jump_before: float = Params.jump_before,
+    params: Params = DEFAULT_RULES,
 ) -> tuple[str, str, str, list[Alarm], int | None]:
     """(fault class, decision path, reason, the alarms that decided) from the alarms, in trigger
     order.
@@ -485,16 +516,19 @@ def _signature(
       across layers within the window as well (or moved: a ``jump``, ``rise`` or ``lift`` alarm there), where they are
       read (``proj_broad``, per point, from the window before the step size grew; the fault leaves
       them alone):
-      ``lowprec_attention/projections-calm`` otherwise; else, where the whole model's step size
-      jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
-      collapse or within the window before it (``model_jump``): ``combined/jump``; else, where it
-      jumped x``jump_before`` at one checkpoint anywhere up to the collapse's point, that window
-      included (``JUMP_BEFORE_PATH``: the LR moved before the collapse; this jump, like the one
-      above, also rules out the projections-calm reading, so that a collapse with the step size
-      growing takes the combined path its step-size alarms name); else, where
-      the output projections' step size stood x``PROJ_RISE`` over where it was 1/3 to 2 settling
-      times before, across the model, at one of those checkpoints (``proj_rise``):
-      ``combined/projections-up``; else ``lowprec_attention``;
+      ``lowprec_attention/projections-calm`` otherwise; a collapse that followed the step size
+      (``combined/step-size-first``) but stayed shallow in every structure alarm before the horizon
+      (``_deep``, ``Params.collapse_z``): ``high_lr``, ``SHALLOW_PATH``, read after the lone
+      head (the whole-model jumps below read only a collapse without step-size growth); else,
+      where the whole model's step size jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and
+      output projections together, at the collapse or within the window before it
+      (``model_jump``): ``combined/jump``; else, where it jumped x``jump_before`` at one
+      checkpoint anywhere up to the collapse's point, that window included (``JUMP_BEFORE_PATH``:
+      the LR moved before the collapse; this jump, like the one above, also rules out the
+      projections-calm reading, so that a collapse with the step size growing takes the combined
+      path its step-size alarms name); else, where the output projections' step size stood
+      x``PROJ_RISE`` over where it was 1/3 to 2 settling times before, across the model, at one
+      of those checkpoints (``proj_rise``): ``combined/projections-up``; else ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/lift`` where a
       whole-model lift off a held level is (``detect.lift_alarms``), else ``high_lr/step-size``
@@ -552,6 +586,7 @@ def _signature(
         if spike is not None and not spike[0] >= COLLAPSE_JUMP:
             spike = None
         # ... or a smaller one at any checkpoint before the collapse: the LR moved before it
+        jump_before = params.jump_before
         before = jump_with(model_jump, s0, until, window=s0) if spike is None and jump_before > 0 else None
         if before is not None and not before[0] >= jump_before:
             before = None
@@ -633,6 +668,19 @@ def _signature(
                 (
                     f"D2 spectral entropy {where} only, and {why}: a collapse confined to one head "
                     f"is the step size's doing (the low-precision fault reaches every head it runs in)"
+                ),
+                window,
+                None,
+            )
+        if u0 < s0 and not _deep(structure, params):
+            return (
+                "high_lr",
+                SHALLOW_PATH,
+                (
+                    f"D2 spectral entropy {where}, and {why}, but the collapse stayed shallow (no "
+                    f"D2 alarm scored {params.collapse_z:g} or more, no head fell under a tenth of its "
+                    f"level, no layer fell by {params.collapse_fall:g}): the step size's doing (the "
+                    f"low-precision fault's collapses go deeper)"
                 ),
                 window,
                 None,

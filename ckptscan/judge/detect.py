@@ -233,6 +233,13 @@ class Params:
     #                            q/k and output projections together (``detect.model_jump``;
     #                            ``classify.JUMP_BEFORE_PATH``; 0: only x``COLLAPSE_JUMP`` within the
     #                            decision window, the rules before)
+    collapse_z: float = 10.0  # the classifier: a collapse that followed the step size's growth
+    #                           (``combined/step-size-first``) counts as the low-precision fault's only
+    #                           where it is deep: a z-scored D2 alarm peaking this high, a head's depth
+    #                           alarm, or a layer's fall of ``collapse_fall``; shallower, it is the step
+    #                           size's doing (``classify.SHALLOW_PATH``; 0: every collapse counts, the
+    #                           rules before)
+    collapse_fall: float = 0.2  # ... (entropy units, of 1)
     proj_near: float = 6.0  # the output projections' rise at a collapse (``projections_rise``, evidence
     #                         for the classifier) is read against their level from ``RISE_SPAN`` settling
     #                         times to 1/this of that before (3: until the holdout33 freeze)

@@ -101,7 +101,7 @@ def judge(
         # read on single checkpoints: before the divergence step itself, not its block's label
         uncounted=[a for a in detection.uncounted if div is None or a.first_step < div],
         divergence=diverged,
-        jump_before=params.jump_before,
+        params=params,
     )
 
     log_alarm = loss["log_only_alarm_step"]
