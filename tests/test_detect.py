@@ -174,7 +174,8 @@ def test_a_collapse_in_one_head_after_the_step_size_grew_is_high_lr(monkeypatch)
     too-large LR alone, the collapse that follows often lies in one head; the low-precision fault
     reaches every head its kernel runs in, and its collapses took two heads or more.  One head
     alone, no layer-wide fall: ``high_lr/lone-collapse``; a second head, or a layer's slow fall
-    (``fall_alarms``, head None), keeps ``combined``."""
+    (``fall_alarms``, head None), keeps ``combined`` where the collapse is deep (``Params.collapse_z``,
+    ``collapse_fall``; the next test)."""
     a = _alarm
     cov = {"missing": None, "settled_step": 500}
     grew = [a("step_size", 5), a("step_size", 6, 1)]
@@ -221,7 +222,7 @@ def _grow_then_collapse(seed, drop=None, level=None):
 
 def test_a_shallow_collapse_after_the_step_size_grew_is_high_lr(tmp_path):
     """The step size grows and, within the decision window, two heads' D2 entropy falls by 0.3 (z
-    6-7; each head at a third of its level, above the tenth a depth alarm needs): the old rules read both faults
+    5.8-7; each head at a third of its level, above the tenth a depth alarm needs): the old rules read both faults
     (``combined/step-size-first``).  On the corpus a too-large LR alone often brings such a
     shallow collapse; the low-precision fault's go deeper.  ``Params.collapse_z``: shallow, it is
     the step size's doing (``high_lr/shallow-collapse``); deep (the heads under a tenth of their
@@ -260,6 +261,16 @@ def test_a_shallow_collapse_after_the_step_size_grew_is_high_lr(tmp_path):
         )
     together = two + [a("step_size", 7, 0), a("step_size", 7, 0, block="attn.k.update_ratio")]
     assert classify.classify(together, [], L, STEPS, cov)["decision"] == "combined/together"
+    # the depth is read from every alarm before the horizon (a collapse deepens over several
+    # saves), and a deep alarm after the decision window is named among those that decided
+    later = a("structure", 15, 1, 0, score=12.0)
+    v = classify.classify(grew + two + [later], [], L, STEPS, cov)
+    assert v["decision"] == "combined/step-size-first"
+    assert [d["first_alarm_step"] for d in v["decided_by"]][-1] == STEPS[15]
+    assert (
+        classify.classify(grew + two + [later], [], L, STEPS, cov, horizon=int(STEPS[12]))["decision"]
+        == classify.SHALLOW_PATH
+    )
 
 
 def test_classification_rules_and_overflow():
@@ -278,7 +289,8 @@ def test_classification_rules_and_overflow():
         classify.classify([a("step_size", 5), a("structure", 12, 0, 1)], [], L, STEPS)["fault_type"]
         == "high_lr"
     )
-    # the step size grew first, and a collapse (two heads) came within the decision window: both faults
+    # the step size grew first, and a deep collapse (two heads, one at z 12: ``Params.collapse_z``)
+    # came within the decision window: both faults
     assert (
         classify.classify(
             [a("step_size", 5), a("structure", 7, 0, 1, score=12.0), a("structure", 7, 1, 0)], [], L, STEPS

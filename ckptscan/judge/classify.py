@@ -425,24 +425,27 @@ def _collapsed_where(heads: set[tuple[int, int | None]]) -> str:
     return " and ".join(parts)
 
 
-def _deep(structure: list[Alarm], params: Params) -> bool:
-    """Some structure alarm of a collapse is deep enough to be the low-precision fault's: a
-    z-scored D2-entropy alarm (``detect`` tests "level", "rate", "shift") peaking at
-    ``params.collapse_z`` or more, a head's D2 entropy under a tenth of its settled level with
-    another head's (``depth_alarms``), a fall before a divergence (``early_fall_alarms``: under
-    half its level), or a layer's slow fall of ``params.collapse_fall`` or more
-    (``fall_alarms``, scored in entropy units).  ``collapse_z`` 0: every collapse is deep."""
-    if params.collapse_z <= 0:
-        return True
+def _deep(structure: list[Alarm], params: Params) -> Alarm | None:
+    """The first structure alarm of a collapse deep enough to be the low-precision fault's (None:
+    none is): a z-scored D2-entropy alarm (``detect`` test "level", the per-series tests) peaking
+    at ``params.collapse_z`` or more, two heads' D2 entropy under ``Params.depth`` of their settled
+    level together (``depth_alarms``), a fall before a divergence (``early_fall_alarms``: under
+    half its level), or a layer's slow fall of ``params.collapse_fall`` or more (``fall_alarms``,
+    its score the fall at its first checkpoint, in entropy units, not the deepest it went).
+    ``structure``: every structure alarm before the horizon, not only those of the decision
+    window (a collapse deepens over several saves).  A level alarm's peak is read over its whole
+    sustained stretch, which can run past the horizon.  A z cannot exceed the head's settled level
+    over the detector's floor (0.05): at levels under 0.5 no z reaches 10, and a head that falls
+    alone to nothing counts only through a second head's depth alarm."""
     for a in structure:
         if a.test in ("depth", "early-fall"):
-            return True
+            return a
         if a.test == "fall":
             if a.score >= params.collapse_fall:
-                return True
-        elif a.score >= params.collapse_z:
-            return True
-    return False
+                return a
+        elif a.test in ("level", "rate", "shift", "") and a.score >= params.collapse_z:
+            return a
+    return None
 
 
 def _lone_head(heads: set[tuple[int, int | None]]) -> bool:
@@ -516,19 +519,19 @@ def _signature(
       across layers within the window as well (or moved: a ``jump``, ``rise`` or ``lift`` alarm there), where they are
       read (``proj_broad``, per point, from the window before the step size grew; the fault leaves
       them alone):
-      ``lowprec_attention/projections-calm`` otherwise; a collapse that followed the step size
-      (``combined/step-size-first``) but stayed shallow in every structure alarm before the horizon
-      (``_deep``, ``Params.collapse_z``): ``high_lr``, ``SHALLOW_PATH``, read after the lone
-      head (the whole-model jumps below read only a collapse without step-size growth); else,
-      where the whole model's step size jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and
-      output projections together, at the collapse or within the window before it
-      (``model_jump``): ``combined/jump``; else, where it jumped x``jump_before`` at one
-      checkpoint anywhere up to the collapse's point, that window included (``JUMP_BEFORE_PATH``:
-      the LR moved before the collapse; this jump, like the one above, also rules out the
-      projections-calm reading, so that a collapse with the step size growing takes the combined
-      path its step-size alarms name); else, where the output projections' step size stood
-      x``PROJ_RISE`` over where it was 1/3 to 2 settling times before, across the model, at one
-      of those checkpoints (``proj_rise``): ``combined/projections-up``; else ``lowprec_attention``;
+      ``lowprec_attention/projections-calm`` otherwise; where it followed the step size
+      (``combined/step-size-first``) but stayed shallow in every structure alarm before the
+      horizon (``_deep``, ``Params.collapse_z``): ``high_lr``, ``SHALLOW_PATH``, read after the
+      lone head. A collapse without that step-size growth: where the whole model's step size
+      jumped x``COLLAPSE_JUMP`` at one checkpoint, q/k and output projections together, at the
+      collapse or within the window before it (``model_jump``): ``combined/jump``; else, where it
+      jumped x``jump_before`` at one checkpoint anywhere up to the collapse's point, that window
+      included (``JUMP_BEFORE_PATH``: the LR moved before the collapse; this jump, like the one
+      above, also rules out the projections-calm reading, so that a collapse with the step size
+      growing takes the combined path its step-size alarms name); else, where the output
+      projections' step size stood x``PROJ_RISE`` over where it was 1/3 to 2 settling times
+      before, across the model, at one of those checkpoints (``proj_rise``):
+      ``combined/projections-up``; else ``lowprec_attention``;
     * no collapse: ``high_lr``: ``high_lr/jump`` where a whole-model jump is among the first
       alarms, else ``high_lr/rise`` where a whole-model slow rise is, else ``high_lr/lift`` where a
       whole-model lift off a held level is (``detect.lift_alarms``), else ``high_lr/step-size``
@@ -672,19 +675,23 @@ def _signature(
                 window,
                 None,
             )
-        if u0 < s0 and not _deep(structure, params):
+        deep = _deep(structure, params) if params.collapse_z > 0 else None
+        if u0 < s0 and params.collapse_z > 0 and deep is None:
             return (
                 "high_lr",
                 SHALLOW_PATH,
                 (
                     f"D2 spectral entropy {where}, and {why}, but the collapse stayed shallow (no "
-                    f"D2 alarm scored {params.collapse_z:g} or more, no head fell under a tenth of its "
-                    f"level, no layer fell by {params.collapse_fall:g}): the step size's doing (the "
-                    f"low-precision fault's collapses go deeper)"
+                    f"z-scored D2 alarm peaked at z {params.collapse_z:g} or more, no two heads fell "
+                    f"under {params.depth:g} of their level together, no layer fell by "
+                    f"{params.collapse_fall:g}): the step size's doing (the low-precision fault's "
+                    f"collapses go deeper)"
                 ),
                 window,
                 None,
             )
+        if deep is not None and deep not in window:  # the depth read after the window decided too
+            window = [*window, deep]
         path = "combined/step-size-first" if u0 < s0 else "combined/together"
         return (
             "combined",
