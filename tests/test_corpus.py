@@ -127,7 +127,7 @@ def test_the_wider_part_trains_every_width_at_every_cadence():
     }
     assert all(f"-H{s.heads}k{s.kv_heads}{'' if s.head_dim == 16 else 'd8'}-" in s.name for s in part)
     assert all("-H" not in s.recipe for s in recipes.PARTS["holdout53"]())
-    for name in ("holdout55", "holdout56"):
+    for name in ("holdout55", "holdout56", "holdout57"):
         wide_deep = [s for s in recipes.PARTS[name]() if s.fault == "none" and s.benign is None]
         assert {(s.heads, s.kv_heads, s.head_dim, s.layers) for s in wide_deep} == {
             (*w, d) for w in widths for d in (2, 4)
