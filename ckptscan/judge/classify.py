@@ -690,7 +690,7 @@ def _signature(
                 window,
                 None,
             )
-        if deep is not None and deep not in window:  # the depth read after the window decided too
+        if u0 < s0 and deep is not None and deep not in window:  # the depth after the window decided too
             window = [*window, deep]
         path = "combined/step-size-first" if u0 < s0 else "combined/together"
         return (
