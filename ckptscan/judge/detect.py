@@ -235,8 +235,8 @@ class Params:
     #                            decision window, the rules before)
     collapse_z: float = 10.0  # the classifier: a collapse that followed the step size's growth
     #                           (``combined/step-size-first``) counts as the low-precision fault's only
-    #                           where it is deep: a z-scored D2 alarm peaking this high, a head's depth
-    #                           alarm, or a layer's fall of ``collapse_fall``; shallower, it is the step
+    #                           where it is deep: a z-scored D2 alarm peaking this high, a depth alarm
+    #                           (two heads), or a layer's fall of ``collapse_fall``; shallower, it is the step
     #                           size's doing (``classify.SHALLOW_PATH``; 0: every collapse counts, the
     #                           rules before)
     collapse_fall: float = 0.2  # ... (entropy units, of 1)
