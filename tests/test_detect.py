@@ -1061,15 +1061,19 @@ def test_a_whole_model_jump_before_rules_out_the_projections_calm_reading(tmp_pa
     model's step size, the projections too, jumped x2 at one checkpoint 4 points before the
     collapse, the LR moved: with ``Params.jump_before`` the calm reading is ruled out and the
     collapse takes the combined path its step-size alarms name, dated by them; without it, the
-    rules before, projections-calm."""
+    rules before, projections-calm (both read without ``Params.step_proj``).  With it, the q/k
+    jump next to the collapse, the projections calm there, starts no step-size alarm, and the
+    jump before decides: ``combined/jump-before``, dated at the jump."""
     for seed in range(4):
         s = _collapse_with_qk_jump(seed, [1])
         for name in ("attn.q.update_ratio", "attn.k.update_ratio", "out.update_ratio"):
             s[name][6] *= 2.0
-        old = judge(tmp_path, tl(s), [], params=detect.Params(jump_before=0.0))["verdict"]
+        old = judge(tmp_path, tl(s), [], params=detect.Params(jump_before=0.0, step_proj=False))["verdict"]
         assert old["decision"] == "lowprec_attention/projections-calm", seed
-        v = judge(tmp_path, tl(s), [])["verdict"]
+        v = judge(tmp_path, tl(s), [], params=detect.Params(step_proj=False))["verdict"]
         assert (v["decision"], v["earliest_step"]) == ("combined/together", old["earliest_step"]), seed
+        now = judge(tmp_path, tl(s), [])["verdict"]
+        assert (now["decision"], now["earliest_step"]) == ("combined/jump-before", STEPS[6]), seed
 
 
 def test_output_projection_breadth_needs_two_layers():
@@ -1779,6 +1783,75 @@ def _lr_growth(s, steps, onset, growth, names=_STEP_NAMES, layers=slice(None)):
     for name in names:
         out[name][:, layers] *= factor[:, None, None]
     return out
+
+
+def test_q_k_growing_while_the_projections_stay_calm_is_no_step_size(tmp_path):
+    """Saves every 10 steps; from step 805 the attention q/k update ratios of both layers grow
+    x e^3 per 1000 steps while the output projections' stay where they were.  The rules of
+    c28d2e9 read that as a raised LR (``high_lr/step-size`` at 860), as they read a Lightning
+    Qwen2-MoE SGD recipe of ``holdout57`` (no warm-up, constant LR) whose healthy run's q update
+    ratios grew after an early settling.  A raised LR scales every update, the projections' too:
+    a self-referenced step-size alarm now starts only where the projections were off across
+    layers within ``Params.step_proj_window`` points, or not read there (``detect.proj_calm``).
+    The same growth in every update ratio, projections included, is still ``high_lr``, dated the
+    same."""
+    qk_only = ("attn.q.update_ratio", "attn.k.update_ratio")
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        t = Timeline.from_arrays(steps, _lr_growth(s, steps, 805, 3.0, names=qk_only))
+        old = judge(tmp_path, t, [], params=detect.Params(step_proj=False))["verdict"]
+        assert old["decision"] == "high_lr/step-size" and old["earliest_step"] > 805, (seed, old["decision"])
+        det = detect.run_detection(t)
+        assert not [a for a in det.alarms if a.role == "step_size"], seed
+        point = int(np.searchsorted(det.point_steps, old["earliest_step"]))
+        assert detect.proj_calm(det.proj_broad, 2)[point], seed
+        assert judge(tmp_path, t, [])["verdict"]["fault_type"] == "healthy", seed
+        every = Timeline.from_arrays(steps, _lr_growth(s, steps, 805, 3.0))
+        before = judge(tmp_path, every, [], params=detect.Params(step_proj=False))["verdict"]
+        v = judge(tmp_path, every, [])["verdict"]
+        assert v["fault_type"] == "high_lr", (seed, v["decision"])
+        assert (v["decision"], v["earliest_step"]) == (before["decision"], before["earliest_step"]), seed
+
+
+def test_proj_calm_against_a_hand_computation():
+    """Calm at a point: a projections' reading (0 or 1) within ``window`` points and no 1 there."""
+    pb = np.array([np.nan, 0.0, 0.0, 0.0, 1.0, 0.0, np.nan, np.nan, np.nan, 0.0])
+    assert detect.proj_calm(pb, 0).tolist() == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        True,
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert detect.proj_calm(pb, 1).tolist() == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        True,
+        False,
+        True,
+        True,
+    ]
+    assert detect.proj_calm(pb, 2).tolist() == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
 
 
 def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):

@@ -126,6 +126,10 @@ class Params:
     #                       attention q/k update ratio must be non-normal (z > z_accept) at the trigger's
     #                       first checkpoint, two layers at least where two are scored (``_broad``; a
     #                       step size is global)
+    step_proj: bool = True  # ... and only where the output projections' step size was off across layers
+    #                         within ``step_proj_window`` points, or not read there (``proj_calm``; a raised
+    #                         LR moves every update; False: q/k alone could start one, the rules before)
+    step_proj_window: int = 2  # points either side of the alarm's first point
     breadth_run: bool = True  # ... in two layers at least wherever the run scores two or more layers at
     #                           all, not only where two are scored at that checkpoint (``_broad``; False:
     #                           one layer scored alone could start one, the rules before)
@@ -2111,6 +2115,10 @@ def run_detection(
         mode: _broad([c for c in cols if c.broad and c.det.mode == mode], params)
         for mode in {c.det.mode for c in cols if c.broad}
     }
+    proj = _proj_broad(cols, params) if reference is None else None  # its own history only
+    if params.step_proj and proj is not None:  # ... and the output projections not calm around it
+        calm = proj_calm(proj, params.step_proj_window)
+        broad_ok = {mode: ok & ~calm for mode, ok in broad_ok.items()}
     for c in cols:
         sc = c.sc
         if c.det.role == Role.PROJ_STEP:
@@ -2192,7 +2200,7 @@ def run_detection(
         int(examined.sum()),
         steps,
         {name: sc[block] for name, sc in _layer_scores(cols, len(steps)).items()},
-        _proj_broad(cols, params) if reference is None else None,  # its own history only
+        proj,
         uncounted,
         model_jump(fine, block, detectors) if reference is None else None,
         projections_rise(fine, block, detectors, fine_starts, params.proj_near)
@@ -2386,6 +2394,20 @@ def _proj_broad(cols: list[_Column], params: Params) -> np.ndarray | None:
     if not two.any():
         return None
     return np.where(two, _broad(proj, params, every).astype(np.float64), np.nan)
+
+
+def proj_calm(proj_broad: np.ndarray, window: int) -> np.ndarray:
+    """[points] bool: the output projections were read within ``window`` points of the point
+    (``_proj_broad``: 1 off across layers, 0 not, NaN unread) and off across layers nowhere there.
+    A raised LR scales every update, the output projections' too; the attention q/k updates
+    growing while the projections stay calm is the layers' own affair (an SGD layer's gradient
+    growing as it learns, a collapsing layer's q/k): no step size (``Params.step_proj``)."""
+    n = len(proj_broad)
+    calm = np.zeros(n, dtype=bool)
+    for i in range(n):
+        around = proj_broad[max(0, i - window) : i + window + 1]
+        calm[i] = bool(np.isfinite(around).any()) and not bool((around == 1).any())
+    return calm
 
 
 def layer_scores(
