@@ -1804,13 +1804,37 @@ def test_q_k_growing_while_the_projections_stay_calm_is_no_step_size(tmp_path):
         det = detect.run_detection(t)
         assert not [a for a in det.alarms if a.role == "step_size"], seed
         point = int(np.searchsorted(det.point_steps, old["earliest_step"]))
-        assert detect.proj_calm(det.proj_broad, 2)[point], seed
+        assert detect.proj_calm(det.proj_broad, detect.Params().step_proj_window)[point], seed
         assert judge(tmp_path, t, [])["verdict"]["fault_type"] == "healthy", seed
         every = Timeline.from_arrays(steps, _lr_growth(s, steps, 805, 3.0))
         before = judge(tmp_path, every, [], params=detect.Params(step_proj=False))["verdict"]
         v = judge(tmp_path, every, [])["verdict"]
         assert v["fault_type"] == "high_lr", (seed, v["decision"])
         assert (v["decision"], v["earliest_step"]) == (before["decision"], before["earliest_step"]), seed
+
+
+def test_projections_that_move_a_point_after_q_k_let_the_step_size_alarm_stand(tmp_path):
+    """The same q/k growth from step 805, the output projections' from 835 (blocks of 10
+    checkpoints, 100 steps a point: a point after q/k's first).  The window
+    (``Params.step_proj_window``, 2 points either side) finds them off: the step-size alarm stands,
+    dated as without the rule.  Read at the first point alone (window 0) it would not start there,
+    and the run would be read later, by the rise rule."""
+    qk_only = ("attn.q.update_ratio", "attn.k.update_ratio")
+    for seed in range(1, 4):
+        steps, s = _fine_run_with_projections(seed)
+        lagged = _lr_growth(
+            _lr_growth(s, steps, 805, 3.0, names=qk_only), steps, 835, 3.0, names=("out.update_ratio",)
+        )
+        t = Timeline.from_arrays(steps, lagged)
+        before = judge(tmp_path, t, [], params=detect.Params(step_proj=False))["verdict"]
+        assert (before["decision"], before["earliest_step"]) == ("high_lr/step-size", 860), (
+            seed,
+            before["decision"],
+        )
+        v = judge(tmp_path, t, [])["verdict"]
+        assert (v["decision"], v["earliest_step"]) == ("high_lr/step-size", 860), (seed, v["decision"])
+        first_only = judge(tmp_path, t, [], params=detect.Params(step_proj_window=0))["verdict"]
+        assert first_only["earliest_step"] > 860, (seed, first_only["decision"])
 
 
 def test_proj_calm_against_a_hand_computation():

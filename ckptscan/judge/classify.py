@@ -464,7 +464,10 @@ def _projections_calm(proj_broad: np.ndarray | None, s0: int, since: int | None 
     ``s0`` (and from ``DECISION_WINDOW`` points before ``since`` on, the point where the q/k step
     size grew, where that came earlier) and their step size was off across layers nowhere there
     (``detect._proj_broad``: 1 off, 0 not, NaN unread; None: nothing to read).  Then a q/k step
-    size growing with the collapse is the collapsing layers' own update jumping, not a step size."""
+    size growing with the collapse is the collapsing layers' own update jumping, not a step size.
+    Since ``detect.Params.step_proj`` such a q/k alarm rarely starts at all (the projections calm
+    within ``step_proj_window`` points of its first point hold it back): this path is left for a
+    q/k alarm whose own window was unread, or whose projections moved only outside it."""
     if proj_broad is None:
         return False
     start = min(s0, since) if since is not None else s0
@@ -540,7 +543,7 @@ def _signature(
       ``detect.Params.logits_lone``)."""
     n_layers = max(1, n_layers)
     structure = [a for a in alarms if a.role == "structure"]
-    growth = [a for a in alarms if a.role == "step_size"]  # broad by construction (detect._broad)
+    growth = [a for a in alarms if a.role == "step_size"]  # broad by construction (detect._broad, proj_calm)
     collapse = collapse_at(structure)
     if collapse is not None:
         s0, until = collapse

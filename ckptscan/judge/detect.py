@@ -27,7 +27,9 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    MAD); one-sided z.  Values with z > ``z_accept`` never enter later baselines.
 4. *Alarms*: ``persist`` consecutive points with z > ``z``, dated at the first of them (the
    trigger, ``Alarm.index``).  Step-size alarms are ``broad``: they start only where attention's
-   step size is off in enough layers (``_broad``); a logits alarm counts only with another
+   step size is off in enough layers (``_broad``) and, read against the run's own history, where
+   the output projections' step size was not calm across layers within ``step_proj_window``
+   points (``proj_calm``; a raised LR moves every update); a logits alarm counts only with another
    layer's within ``persist`` points, where two layers or more have a logits series
    (``_drop_lone_logits``).
 5. *A step-size jump* (``jump_alarms``), read checkpoint by checkpoint and from the third defined
@@ -129,7 +131,8 @@ class Params:
     step_proj: bool = True  # ... and only where the output projections' step size was off across layers
     #                         within ``step_proj_window`` points, or not read there (``proj_calm``; a raised
     #                         LR moves every update; False: q/k alone could start one, the rules before)
-    step_proj_window: int = 2  # points either side of the alarm's first point
+    step_proj_window: int = 2  # points either side of the alarm's first point (at most persist - 1: a
+    #                            live watch confirms the alarm persist - 1 points on and reads no further)
     breadth_run: bool = True  # ... in two layers at least wherever the run scores two or more layers at
     #                           all, not only where two are scored at that checkpoint (``_broad``; False:
     #                           one layer scored alone could start one, the rules before)

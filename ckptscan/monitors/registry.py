@@ -64,6 +64,7 @@ class Detector:
         "flat"  # rate, "up": "flat" (max(0, recent change)) | "trend" (recent change, growth only)
     )
     broad: bool = False  # a step size is global: alarms need Params.breadth of the detector's columns off
+    #                      (and, self-referenced, the output projections not calm: detect.proj_calm)
 
 
 @dataclass
