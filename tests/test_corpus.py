@@ -132,14 +132,15 @@ def test_the_wider_part_trains_every_width_at_every_cadence():
         assert {(s.heads, s.kv_heads, s.head_dim, s.layers) for s in wide_deep} == {
             (*w, d) for w in widths for d in (2, 4)
         }, name
-    mixed = [s for s in recipes.PARTS["holdout58"]() if s.fault == "none" and s.benign is None]
     every_width = widths | {(4, 2, 16)}
-    assert {(s.heads, s.kv_heads, s.head_dim, s.layers) for s in mixed} == {
-        (*w, d) for w in every_width for d in (2, 4)
-    }
-    assert {((s.heads, s.kv_heads, s.head_dim), s.save_every) for s in mixed} == {
-        (w, e) for w in every_width for e in (10, 25, 50, 100, 250)
-    }
+    for name in ("holdout58", "holdout59"):
+        mixed = [s for s in recipes.PARTS[name]() if s.fault == "none" and s.benign is None]
+        assert {(s.heads, s.kv_heads, s.head_dim, s.layers) for s in mixed} == {
+            (*w, d) for w in every_width for d in (2, 4)
+        }, name
+        assert {((s.heads, s.kv_heads, s.head_dim), s.save_every) for s in mixed} == {
+            (w, e) for w in every_width for e in (10, 25, 50, 100, 250)
+        }, name
     spec = next(s for s in healthy if s.heads == 16 and s.model == "mixtral")
     cfg = common.model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim)
     shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
