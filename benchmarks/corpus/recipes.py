@@ -743,14 +743,17 @@ def holdout57() -> list[RunSpec]:
     return _held_out(seed0=6100, shift=59, depths=(2, 4), widths=((8, 2, 16), (16, 4, 8), (8, 8, 16)))
 
 
+# holdout58's and holdout59's widths (query heads, KV heads, head_dim): five in the cycle, the narrow
+# width twice, against two depths, so that every width meets both depths
+MIXED_WIDTHS = ((4, 2, 16), (8, 2, 16), (16, 4, 8), (8, 8, 16), (4, 2, 16))
+
+
 def holdout58() -> list[RunSpec]:
     """A sixty-first held-out part, trained after holdout57 was judged under the rules of c28d2e9,
     and not read until judged once under the rules frozen before it is read: the narrow models'
     width (4 query heads and 2 KV heads of 16, 64 wide) and holdout55's three wider ones in turn,
     with 2 and 4 layers.  Other seeds (6200-6244), the cycles shifted by 60."""
-    # five in the cycle (the narrow width twice) against two depths: every width meets both depths
-    widths = ((4, 2, 16), (8, 2, 16), (16, 4, 8), (8, 8, 16), (4, 2, 16))
-    return _held_out(seed0=6200, shift=60, depths=(2, 4), widths=widths)
+    return _held_out(seed0=6200, shift=60, depths=(2, 4), widths=MIXED_WIDTHS)
 
 
 def holdout59() -> list[RunSpec]:
@@ -759,8 +762,7 @@ def holdout59() -> list[RunSpec]:
     judged once under the rules frozen before it is read: holdout58's design (the narrow width and
     holdout55's three wider ones, with 2 and 4 layers).  Other seeds (6300-6344), the cycles shifted
     by 61."""
-    widths = ((4, 2, 16), (8, 2, 16), (16, 4, 8), (8, 8, 16), (4, 2, 16))
-    return _held_out(seed0=6300, shift=61, depths=(2, 4), widths=widths)
+    return _held_out(seed0=6300, shift=61, depths=(2, 4), widths=MIXED_WIDTHS)
 
 
 def _held_out(
