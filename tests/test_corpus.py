@@ -133,7 +133,7 @@ def test_the_wider_part_trains_every_width_at_every_cadence():
             (*w, d) for w in widths for d in (2, 4)
         }, name
     every_width = widths | {(4, 2, 16)}
-    for name in ("holdout58", "holdout59"):
+    for name in ("holdout58", "holdout59", "holdout60"):
         mixed = [s for s in recipes.PARTS[name]() if s.fault == "none" and s.benign is None]
         assert {(s.heads, s.kv_heads, s.head_dim, s.layers) for s in mixed} == {
             (*w, d) for w in every_width for d in (2, 4)
