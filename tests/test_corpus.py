@@ -436,3 +436,32 @@ def test_lone_heads_lists_a_head_alarming_alone_and_not_heads_falling_together()
         t = Timeline.from_arrays(steps, s)
         assert {(a.layer, a.head) for a in detect.detect(t, off)} == {(0, 5), (0, 6), (1, 2)}, seed
         assert [(a.layer, a.head) for a in lone_alarms(t)[1]] == [(1, 2)], seed
+
+
+def test_breakdown_counts_fault_runs_by_the_onsets_phase():
+    """``breakdown.py``'s row dimension read from the eval row: the fault runs per onset phase, in
+    the run's own order (healthy and benign runs under "-"), every phase present given its row."""
+    from benchmarks.corpus.breakdown import format_tables
+
+    def pair(truth, phase, detected):
+        row = {"run": f"r-{truth}-{phase}", "truth": truth, "onset_phase": phase, "detected": detected}
+        row.update(class_right=detected, false_alarm=False, verdict=truth if detected else "healthy")
+        params = {"framework": "hf", "save_every": 50, "warmup": 0, "naming": "llama"}
+        return row, {
+            "fault": "none" if truth == "healthy" else "high-lr",
+            "params": params,
+            "steps_planned": 1000,
+        }
+
+    pairs = [
+        pair("healthy", None, None),
+        pair("high_lr", "examined", True),
+        pair("high_lr", "before the run settled", False),
+        pair("high_lr", "before the run settled", True),
+        pair("high_lr", "settled, not yet examined", True),
+    ]
+    text = format_tables(pairs)
+    table = text[text.index("onset phase") :].splitlines()[1:5]
+    phases = ["-", "before the run settled", "settled, not yet examined", "examined"]
+    assert [line.split("  ")[0].strip() for line in table] == phases  # not the alphabet's order
+    assert "1/2" in table[1] and "1/1" in table[2] and "1/1" in table[3]

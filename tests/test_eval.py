@@ -277,3 +277,25 @@ def test_fixture_lead_beats_log_only(fixture_rows):
             assert r["lead_time"] > 0, r
         else:
             assert r["beats_log_only"], r
+
+
+@pytest.mark.parametrize(
+    ("coverage", "phase"),
+    [
+        ({"settled_step": 500, "first_examined_step": 800}, "before the run settled"),
+        ({"settled_step": 400, "first_examined_step": 700}, "settled, not yet examined"),
+        ({"settled_step": 200, "first_examined_step": 407}, "examined"),
+        ({"settled_step": None, "first_examined_step": None}, "not examined"),
+        ({"settled_step": 300, "first_examined_step": None}, "not examined"),
+        ({}, "unknown"),
+    ],
+)
+def test_onset_phase_places_the_onset_in_the_runs_own_time_line(coverage, phase):
+    """Where a fault's onset (step 407) fell: before the first layer settled, between the settling
+    and the first examined step (the baseline), at or after it, or in a run never examined."""
+    t = {"fault": "high-lr", "onset_step": 407, "divergence_step": 900}
+    s = summary(True, 500, "high_lr")
+    s["detection"] = {"coverage": coverage}
+    assert evaluate.score_run(t, s)["onset_phase"] == phase
+    assert phase in evaluate.ONSET_PHASES
+    assert evaluate.score_run({"fault": "none"}, s)["onset_phase"] is None  # no fault, no onset

@@ -5,11 +5,13 @@
 
 Joins each eval row (``run`` = the run folder's name) with that run's ``truth.json`` and prints one
 table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
-schedule, model, layers, heads (query / KV), warm-up.  Columns: runs; fault runs; detected (of the
-fault runs: alarm at/after the onset, before the divergence); class right (of all runs); false alarms
-(of all runs: any alarm on a healthy or benign run, an alarm before the onset on a fault run);
-inconclusive verdicts; the medians, over diverged fault runs, of ckptscan's lead minus the log-only
-rule's, that rule read by its first alarm and by its first alarm at or after the onset
+schedule, model, layers, heads (query / KV), warm-up, and, from the eval row, the onset's phase
+(before the run settled, settled but in the baseline, examined: ``onset_phase``).  Columns: runs;
+fault runs; detected (of the fault runs: alarm at/after the onset, before the divergence); class
+right (of all runs); false alarms (of all runs: any alarm on a healthy or benign run, an alarm
+before the onset on a fault run); inconclusive verdicts; the medians, over diverged fault runs, of
+ckptscan's lead minus the log-only rule's, that rule read by its first alarm and by its first alarm
+at or after the onset
 (``ckptscan.drills.evaluate.score_run``).  Nothing is hidden: every value of every dimension gets
 its row.
 """
@@ -20,9 +22,10 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
-from ckptscan.drills.evaluate import median
+from ckptscan.drills.evaluate import ONSET_PHASES, median
 
 DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as the drills' recipe
     "framework": lambda t: t["params"].get("framework", "drill"),
@@ -38,6 +41,13 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
     "heads": lambda t: _heads(t["params"].get("model") or {}),
     "warm-up %": lambda t: round(100 * t["params"].get("warmup", 0) / t["steps_planned"]),
 }
+# read from the eval row, not the recipe: where the fault's onset fell in the run's own time line
+# (``ckptscan.drills.evaluate.onset_phase``: before the run settled, in the baseline, examined)
+ROW_DIMENSIONS = {
+    "onset phase": lambda row: row.get("onset_phase") or "-",
+}
+# rows in the run's own order, not the alphabet's (healthy and benign runs, "-", first)
+ORDER = {"onset phase": ("-", *ONSET_PHASES)}
 
 
 def _layers(model: dict) -> int:
@@ -67,11 +77,26 @@ def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:
 LEADS = ("lead_over_log_only_first", "lead_over_log_only")  # its first alarm; its first at/after onset
 
 
+def _keys() -> dict:
+    """Every dimension, each a function of (eval row, truth)."""
+    keys = {dim: partial(_of_truth, key) for dim, key in DIMENSIONS.items()}
+    return keys | {dim: partial(_of_row, key) for dim, key in ROW_DIMENSIONS.items()}
+
+
+def _of_truth(key, row: dict, truth: dict):
+    return key(truth)
+
+
+def _of_row(key, row: dict, truth: dict):
+    return key(row)
+
+
 def tally(pairs: list[tuple[dict, dict]], key) -> dict:
+    """Per value of ``key`` (a function of (eval row, truth)), the counts and medians of its rows."""
     columns = ("runs", "fault", "detected", "class_right", "false_alarms", "inconclusive")
     groups: dict = defaultdict(lambda: {**dict.fromkeys(columns, 0), **{k: [] for k in LEADS}})
     for row, truth in pairs:
-        g = groups[key(truth)]
+        g = groups[key(row, truth)]
         g["runs"] += 1
         g["fault"] += row["truth"] != "healthy"
         g["detected"] += bool(row.get("detected"))
@@ -87,10 +112,18 @@ def tally(pairs: list[tuple[dict, dict]], key) -> dict:
     return dict(sorted(groups.items(), key=lambda kv: (str(type(kv[0])), kv[0])))
 
 
+def _ordered(dim: str, groups: dict) -> dict:
+    """``groups`` in ``ORDER[dim]``'s order where the dimension has one (values it lacks last)."""
+    order = ORDER.get(dim)
+    if order is None:
+        return groups
+    return dict(sorted(groups.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
 def format_tables(pairs: list[tuple[dict, dict]]) -> str:
     lines = []
-    for dim, key in DIMENSIONS.items():
-        groups = tally(pairs, key)
+    for dim, key in _keys().items():
+        groups = _ordered(dim, tally(pairs, key))
         width = max(len(dim), *(len(str(v)) for v in groups))
         lines.append(
             f"{dim:<{width}}  runs  fault  detected  class right  false alarms  inconclusive  "
@@ -119,7 +152,7 @@ def main(argv=None) -> int:
     data = json.loads(args.eval_json.read_text())
     pairs = join(args.runs, data["rows"] if isinstance(data, dict) else data)
     if args.json:
-        tallies = {dim: {str(k): v for k, v in tally(pairs, key).items()} for dim, key in DIMENSIONS.items()}
+        tallies = {dim: {str(k): v for k, v in tally(pairs, key).items()} for dim, key in _keys().items()}
         print(json.dumps(tallies, indent=1))
     else:
         print(format_tables(pairs))

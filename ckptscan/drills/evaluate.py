@@ -37,6 +37,29 @@ def find_runs(runs_dir: Path) -> list[Path]:
     return sorted(p for p in runs_dir.iterdir() if p.is_dir() and (p / "truth.json").is_file())
 
 
+ONSET_PHASES = ("before the run settled", "settled, not yet examined", "examined", "not examined", "unknown")
+
+
+def onset_phase(onset: int | None, coverage: dict) -> str:
+    """Where a fault's onset fell in the run's own time line (``detection.coverage``): ``"before the
+    run settled"`` (before ``settled_step``, the first layer's settling, where only the rules read
+    on checkpoints can see a change: the jump rule from the third update ratio on, the early
+    fall), ``"settled, not yet examined"`` (from there to ``first_examined_step``, the baseline the
+    per-series tests measure from: a change there sits in the baseline), ``"examined"`` (at or
+    after it), ``"not examined"`` (no layer settled, or the run settled and nothing was examined:
+    the per-series tests read nothing), ``"unknown"`` (no onset, or a summary with no coverage)."""
+    if onset is None or "settled_step" not in coverage or "first_examined_step" not in coverage:
+        return "unknown"
+    settled, first = coverage["settled_step"], coverage["first_examined_step"]
+    if not isinstance(settled, int):
+        return "not examined"
+    if onset < settled:
+        return "before the run settled"
+    if not isinstance(first, int):
+        return "not examined"
+    return "settled, not yet examined" if onset < first else "examined"
+
+
 def score_run(truth: dict, summary: dict) -> dict:
     """One row: the verdict in ``summary`` against ``truth``.
 
@@ -96,6 +119,7 @@ def score_run(truth: dict, summary: dict) -> dict:
         examined_in_window = 0
     else:
         examined_in_window = sum(s >= first and onset <= s and (div is None or s < div) for s in saved)
+    phase = onset_phase(onset, cov) if faulty else None
     return {
         "run": None,
         "truth": tclass,
@@ -118,6 +142,8 @@ def score_run(truth: dict, summary: dict) -> dict:
         # fall rules from the layers' settling on; None: not a fault run, or its steps or coverage
         # unknown)
         "examined_in_window": examined_in_window,
+        # where the onset fell in the run's own time line (``onset_phase``; None: not a fault run)
+        "onset_phase": phase,
         # a whole-model step-size jump the verdict reports but did not count (``uncounted_jump``)
         "uncounted_jump": (v.get("uncounted_jump") or {}).get("step"),
         # the checkpoint at which the persistence rule had seen enough to raise the alarm
