@@ -6,7 +6,7 @@
 Joins each eval row (``run`` = the run folder's name) with that run's ``truth.json`` and prints one
 table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
 schedule, model, layers, heads (query / KV), warm-up, and, from the eval row, the onset's phase
-(before the run settled, settled but in the baseline, examined: ``onset_phase``).  Columns: runs;
+(before the run settled, settled but not yet examined, examined: ``onset_phase``).  Columns: runs;
 fault runs; detected (of the fault runs: alarm at/after the onset, before the divergence); class
 right (of all runs); false alarms (of all runs: any alarm on a healthy or benign run, an alarm
 before the onset on a fault run); inconclusive verdicts; the medians, over diverged fault runs, of
