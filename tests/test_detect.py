@@ -2735,6 +2735,25 @@ def test_a_verdict_without_alarms_names_the_layers_never_examined(tmp_path):
     assert v["fault_type"] == "healthy" and "were not examined" not in v["reason"]
 
 
+def test_a_healthy_verdict_says_from_which_step_the_per_series_tests_read(tmp_path):
+    """A fault that began before the first examined step sits in the per-series tests' baseline
+    (or in the run's early phase), where only the whole-model rules read it: the healthy reason
+    says from which step the tests read, with the run's own settled and first examined steps."""
+    steps, s = _fine_run(0)
+    t = Timeline.from_arrays(steps, s)
+    out = judge(tmp_path, t, [])
+    v, cov = out["verdict"], out["detection"]["coverage"]
+    assert v["fault_type"] == "healthy", v
+    first, settled = cov["first_examined_step"], cov["settled_step"]
+    assert isinstance(first, int) and isinstance(settled, int) and settled < first
+    assert (
+        f"the per-series tests read from step {first} on: a fault that began before it (from step {settled}, "
+        "in their baseline; before that, in the run's early phase) is seen only by the whole-model rules"
+    ) in v["reason"]
+    assert classify._read_from({"first_examined_step": None, "settled_step": 300}) == ""  # nothing read
+    assert classify._read_from(None) == ""
+
+
 def test_an_uncounted_jump_note_names_the_saves_around_it_and_floors_its_factor():
     """The jump is read at a checkpoint: the LR changed after the save before it, which the note
     names ("at step 2750" sent a reader to the wrong place when the LR had jumped at 2607).  Its

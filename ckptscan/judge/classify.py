@@ -261,6 +261,7 @@ def _verdict(
             "decision": "healthy",
             "evidence": [],
             "reason": "no sustained alarm on any monitor, no NaN/Inf in weights"
+            + _read_from(coverage)
             + _unexamined(coverage)
             + _set_aside(coverage),
         }
@@ -326,6 +327,22 @@ def _set_aside(coverage: dict | None) -> str:
         f"; {d['alarms']} alarm(s) set aside on layer(s) {d['layers']} from step {d['first_step']}: the "
         f"layer (or head) stood under {d['dormant_ratio']:g} of the largest head's ||M|| there, read as "
         f"not learning yet, so those alarms were not counted (a fault that began there would be missed)"
+    )
+
+
+def _read_from(coverage: dict | None) -> str:
+    """The words a ``healthy`` verdict adds about the stretch before the first examined step: a
+    fault that began there sits in the per-series tests' baseline (from the settling on) or in the
+    run's early phase, where only the whole-model rules read it; empty where the coverage does not
+    give both steps."""
+    first = as_int((coverage or {}).get("first_examined_step"))
+    settled = as_int((coverage or {}).get("settled_step"))
+    if first is None or settled is None:
+        return ""
+    return (
+        f"; the per-series tests read from step {first} on: a fault that began before it (from step "
+        f"{settled}, in their baseline; before that, in the run's early phase) is seen only by the "
+        f"whole-model rules"
     )
 
 
