@@ -777,7 +777,7 @@ def holdout60() -> list[RunSpec]:
 def holdout61() -> list[RunSpec]:
     """A sixty-fourth held-out part, trained after holdout60 was judged under the rules of 343b3c0,
     from a commit that changes no rule, and not read until judged once: the narrow 2-layer models
-    (4 query and 2 KV heads of 16, 64 wide) of holdout44 to holdout51, which train in a third of
+    (4 query and 2 KV heads of 16, 64 wide) of holdout44 to holdout51, which train in under half
     the time.  Other seeds (6500-6544), the cycles shifted by 63."""
     return _held_out(seed0=6500, shift=63)
 
