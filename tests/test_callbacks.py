@@ -34,13 +34,14 @@ TINY = {
 }
 
 
-def assert_same_timeline(offline, live, rtol=1e-6):
+def assert_same_timeline(offline, live, rtol=1e-6, projections=False):
     """Every series of ``offline`` in ``live`` with the same shape, the same NaNs and values within
-    ``rtol`` (relative to the value; exact zeros exactly); except the output projections' step
-    size, which the loop does not compute (it would keep another copy of them on the device)."""
+    ``rtol`` (relative to the value; exact zeros exactly); except, unless the monitor was asked for
+    ``projections``, the output projections' step size, which it then does not compute (it would
+    keep another copy of them on the device)."""
     assert list(offline.steps) == list(live.steps)
-    assert "out.update_ratio" not in live.names()
-    names = [n for n in offline.names() if n != "out.update_ratio"]
+    assert ("out.update_ratio" in live.names()) == projections
+    names = [n for n in offline.names() if projections or n != "out.update_ratio"]
     assert set(names) <= set(live.names())
     for name in names:
         a, b = offline.get(name), live.get(name)
@@ -87,6 +88,19 @@ def test_monitor_equals_offline_analysis_on_a_drill(tmp_path):
     assert live.timeline.meta["sources"] == ["in-loop"] * 4
     # the loss the loop passed is the store's log, and the verdict read it
     assert live.summary["log"]["points"] == 40
+
+
+def test_monitor_with_projections_equals_offline_analysis(tmp_path):
+    """``projections=True``: the output projections' step size too, equal to the offline analysis
+    of the checkpoints saved at the same steps."""
+    holder, cb = drill_monitor(tmp_path / "live", "llama", every=10, detect_every=100, projections=True)
+    run_drill(tmp_path / "run", naming="llama", steps=60, save_every=10, callback=cb, **TINY)
+    live = holder["m"].close()
+    offline = analyze(tmp_path / "run", out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert "out.update_ratio" in offline.timeline.names()
+    assert np.isfinite(live.timeline.get("out.update_ratio")[1:]).all()
+    assert_same_timeline(offline.timeline, live.timeline, projections=True)
+    assert live.summary["layout"]["projections"] == offline.summary["layout"]["projections"]
 
 
 def test_interval_counts_optimizer_steps_and_skips_repeats(tmp_path):
@@ -198,6 +212,40 @@ def test_on_alarm_fires_on_a_fault_drill_as_offline_alarms(tmp_path):
     assert live.verdict["earliest_step"] == offline.verdict["earliest_step"]
     assert live.summary["lead_time_steps"] == offline.summary["lead_time_steps"]
     assert_same_timeline(offline.timeline, live.timeline)
+
+
+def _play(run: Path, out: Path, **kw):
+    """A drill fixture's checkpoints played through a live module, one point per checkpoint."""
+    weights = _fixture_weights(run)
+    first_step, first = next(weights)
+    model = _module_from(first)
+    params = dict(model.named_parameters())
+    config = json.loads((run / "config.json").read_text())
+    mon = Monitor(model, out, every=1, detect=False, config=config, log_file=run / "metrics.jsonl", **kw)
+    mon.step(first_step)
+    for step, tensors in weights:
+        with torch.no_grad():
+            for name, t in tensors.items():
+                params[name].copy_(t)
+        mon.step(step)
+    return mon.close()
+
+
+def test_projections_give_the_live_verdict_the_offline_step_size_rules(tmp_path):
+    """The too-large-LR drill: offline, the whole-model step-size jump (which reads the output
+    projections) dates the fault.  Live with ``projections=True`` the verdict is the offline one;
+    without, that rule is not read and a later, less confident one dates it."""
+    run = FIXTURES / "highlr-moe"
+    offline = analyze(run, out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert offline.verdict["decision"] == "high_lr/jump"
+    full = _play(run, tmp_path / "full", projections=True)
+    for key in ("fault_type", "earliest_step", "decision", "confidence", "confirmed_step"):
+        assert full.verdict.get(key) == offline.verdict.get(key), key
+    assert_same_timeline(offline.timeline, full.timeline, projections=True)
+    bare = _play(run, tmp_path / "bare")
+    assert bare.verdict["fault_type"] == "high_lr"
+    assert bare.verdict["decision"] != "high_lr/jump"
+    assert bare.verdict["earliest_step"] > offline.verdict["earliest_step"]
 
 
 def _llama(seed=0):

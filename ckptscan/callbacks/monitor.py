@@ -186,6 +186,10 @@ class Monitor:
     ``layout_file``: a layout TOML (docs/layouts.md).  ``log_file``: the training log to judge the
     loss curve from, when the loop does not pass ``loss`` to ``step``.  ``name``: what the store says
     it monitors (default: the model's class name); a store is resumed only by the same name.
+    ``projections``: also compute the output projections' step size (``out.update_ratio``), so that
+    the detector reads every rule it reads offline; it keeps a float32 copy of every layer's output
+    projection on the device between points (``4 H h d`` bytes a layer), which is why it is off by
+    default.
     """
 
     def __init__(
@@ -203,6 +207,7 @@ class Monitor:
         layout_file: str | Path | None = None,
         log_file: str | Path | None = None,
         name: str | None = None,
+        projections: bool = False,
     ):
         if every < 1 or detect_every < 1:
             raise ValueError("every and detect_every must be >= 1")
@@ -211,10 +216,11 @@ class Monitor:
         self.rank, self.world = rank_and_world()
         self.src = ParamSource(model, rename)
         cfg = config if config is not None else model_config(model)
-        # no output projections in the loop: their step size would keep another d x H*h float32
-        # copy per layer on the training device; the classifier then falls back to the rule that
-        # does without them (docs/detection.md)
-        self.layout = dataclasses.replace(resolve_layout(self.src.infos(), cfg, layout_file), projections=[])
+        # by default no output projections in the loop: their step size would keep another d x H*h
+        # float32 copy per layer on the training device; the detector then does without the rules
+        # that read them (docs/detection.md, docs/live.md)
+        layout = resolve_layout(self.src.infos(), cfg, layout_file)
+        self.layout = layout if projections else dataclasses.replace(layout, projections=[])
         first = next(iter(self.src.params.values()), None)
         dev = device if device is not None else (first.device if first is not None else "cpu")
         self.device = torch.device(dev)
