@@ -248,6 +248,67 @@ def test_projections_give_the_live_verdict_the_offline_step_size_rules(tmp_path)
     assert bare.verdict["earliest_step"] > offline.verdict["earliest_step"]
 
 
+def _resumed(run: Path, out: Path, died_at: int, resumed_from: int, start: bool = True, **kw):
+    """A drill fixture played through a live module (as ``_play``) to ``died_at``; then a second
+    attempt on the same store from the checkpoint at ``resumed_from`` to the end."""
+    weights = list(_fixture_weights(run))
+    model = _module_from(weights[0][1])
+    params = dict(model.named_parameters())
+    config = json.loads((run / "config.json").read_text())
+
+    def attempt(items, first=None):
+        mon = Monitor(model, out, every=1, detect=False, config=config, log_file=run / "metrics.jsonl", **kw)
+        for step, tensors in items:
+            with torch.no_grad():
+                for name, t in tensors.items():
+                    params[name].copy_(t)
+            if step == first:  # the checkpoint just loaded
+                if start:
+                    mon.start(step)
+                continue
+            mon.step(step)
+        return mon.close()
+
+    attempt([(s, w) for s, w in weights if s <= died_at])  # killed: nothing after died_at
+    return attempt([(s, w) for s, w in weights if s >= resumed_from], first=resumed_from)
+
+
+def test_a_resumed_run_continues_its_store_as_if_never_stopped(tmp_path):
+    """Killed at 1000, resumed from the checkpoint at 500, just before the too-large-LR drill's LR
+    jumped: with ``start(500)`` the store's points after 500 are replaced and the one at 600 has its
+    increment, so the store equals the offline analysis and the verdict is that of a monitor never
+    stopped (``high_lr``, dated 600 by the whole-model jump).  Without it the first point of the new
+    attempt has no increment: the jump is not seen and the run is dated later."""
+    run = FIXTURES / "highlr-moe"
+    offline = analyze(run, out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    never_stopped = _play(run, tmp_path / "whole", projections=True)
+    live = _resumed(run, tmp_path / "live", died_at=1000, resumed_from=500, projections=True)
+    assert list(live.timeline.steps) == list(offline.timeline.steps)
+    assert_same_timeline(offline.timeline, live.timeline, projections=True)
+    keys = ("fault_type", "earliest_step", "decision", "confidence")
+    assert [live.verdict.get(k) for k in keys] == [never_stopped.verdict.get(k) for k in keys]
+    assert live.verdict["decision"] == offline.verdict["decision"] == "high_lr/jump"
+    bare = _resumed(run, tmp_path / "bare", died_at=1000, resumed_from=500, start=False, projections=True)
+    at = list(bare.timeline.steps).index(600)
+    assert np.isnan(bare.timeline.get("attn.q.update_ratio")[at]).all()
+    assert bare.verdict["earliest_step"] > offline.verdict["earliest_step"]
+
+
+def test_resuming_where_the_store_has_no_point_computes_one_there(tmp_path):
+    """Killed at 500, resumed from a checkpoint at 600 that the store has no point for: ``start``
+    computes one there (no increment: the weights before it are gone), and 700's increment spans
+    600-700, as offline."""
+    run = FIXTURES / "highlr-moe"
+    offline = analyze(run, out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    live = _resumed(run, tmp_path / "live", died_at=500, resumed_from=600)
+    assert list(live.timeline.steps) == list(offline.timeline.steps)
+    at = list(live.timeline.steps).index(600)
+    q_live, q_off = live.timeline.get("attn.q.update_ratio"), offline.timeline.get("attn.q.update_ratio")
+    assert np.isnan(q_live[at]).all() and np.isfinite(q_off[at]).all()
+    np.testing.assert_allclose(q_live[at + 1 :], q_off[at + 1 :], rtol=1e-6)
+    np.testing.assert_allclose(q_live[:at], q_off[:at], rtol=1e-6)
+
+
 def _llama(seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -296,6 +357,40 @@ def test_hf_trainer_callback_store_analyses_like_checkpoints(tmp_path):
     assert np.isfinite(live.timeline.get("attn.D2.entropy2")[1:]).all()
     assert live.summary["layout"]["family"] == "llama"
     assert live.summary["log"]["points"] == 20  # the Trainer's logged loss
+    offline = analyze(tmp_path / "run", out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert_same_timeline(offline.timeline, live.timeline)
+
+
+def test_hf_trainer_resumed_from_a_checkpoint_continues_the_store(tmp_path):
+    """A Trainer run to step 20, then resumed from ``checkpoint-10`` (``resume_from_checkpoint``)
+    with the same callback folder: the store's points 15 and 20 are the second attempt's, with their
+    increments from the loaded checkpoint, and equal the offline analysis of the checkpoints left."""
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from transformers import Trainer, TrainingArguments
+
+    from ckptscan.callbacks import HFCallback
+
+    torch.set_num_threads(1)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=20,
+        save_steps=5,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for resume in (None, str(tmp_path / "run" / "checkpoint-10")):
+            cb = HFCallback(tmp_path / "live", every=5)
+            trainer = Trainer(model=_llama(), args=args, train_dataset=_token_data(80), callbacks=[cb])
+            trainer.train(resume_from_checkpoint=resume)
+    live = load_result(tmp_path / "live")
+    assert list(live.timeline.steps) == [5, 10, 15, 20]
+    assert np.isfinite(live.timeline.get("attn.q.update_ratio")[1:]).all()
     offline = analyze(tmp_path / "run", out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
     assert_same_timeline(offline.timeline, live.timeline)
 
@@ -384,6 +479,57 @@ def test_lightning_callback(tmp_path):
     live = load_result(tmp_path / "live")
     assert list(live.timeline.steps) == [3, 6, 9]
     assert live.summary["layout"]["family"] == "llama" and live.summary["log"]["points"] == 9
+
+
+def test_lightning_callback_resumed_from_a_checkpoint(tmp_path):
+    """Lightning ``fit(ckpt_path=...)``: the callback starts the store's increments from the
+    restored weights (``on_train_start``), so the first point after the resume has one, equal to the
+    offline analysis of the checkpoints."""
+    L = pytest.importorskip("lightning", reason="lightning is in the test extra")
+    from ckptscan.callbacks import LightningCallback
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = _llama()
+
+        def training_step(self, batch, i):
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(
+                torch.stack([d["input_ids"] for d in _token_data(40)]), batch_size=4
+            )
+
+    def fit(ckpts: Path, ckpt_path=None):
+        save = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(ckpts), every_n_train_steps=3, save_top_k=-1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            L.Trainer(
+                default_root_dir=str(tmp_path / "run"),
+                max_steps=9,
+                accelerator="cpu",
+                logger=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                callbacks=[LightningCallback(tmp_path / "live", every=3), save],
+            ).fit(Module(), ckpt_path=ckpt_path)
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    fit(first)
+    fit(second, str(first / "epoch=0-step=3.ckpt"))  # resumed; its own folder (Lightning adds -v1)
+    live = load_result(tmp_path / "live")
+    assert list(live.timeline.steps) == [3, 6, 9]
+    assert np.isfinite(live.timeline.get("attn.q.update_ratio")[1:]).all()
+    # offline: the checkpoint resumed from, then the second attempt's
+    (second / "epoch=0-step=3.ckpt").write_bytes((first / "epoch=0-step=3.ckpt").read_bytes())
+    _llama().config.to_json_file(str(second / "config.json"))  # the head counts
+    offline = analyze(second, out_dir=tmp_path / "off", device="cpu", replay=False, command=[])
+    assert list(offline.timeline.steps) == [3, 6, 9]
+    assert_same_timeline(offline.timeline, live.timeline)
 
 
 def test_store_refuses_an_analysis_folder(tmp_path):

@@ -45,7 +45,9 @@ class HFCallback(TrainerCallback):
         return self.monitor
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._ensure(model)
+        monitor = self._ensure(model)
+        if state.global_step > 0:  # resumed: the checkpoint's weights are loaded by now
+            monitor.start(state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self._control, self._context = control, {"model": model, **kwargs}

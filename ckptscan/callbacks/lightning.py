@@ -53,6 +53,10 @@ class LightningCallback(Callback):
                 pl_module, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs
             )
 
+    def on_train_start(self, trainer, pl_module):
+        if self.monitor is not None and trainer.global_step > 0:  # resumed: weights and loops restored
+            self.monitor.start(trainer.global_step)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
         if step == self._recorded or self.monitor is None:

@@ -266,6 +266,33 @@ class Monitor:
             self.run_detection(step)
         return values
 
+    def start(self, step: int) -> None:
+        """The model's weights are those of ``step``: a run resumed from the checkpoint saved at it,
+        just loaded.  They become the previous point, so the first point computed after them has its
+        increment (without this call it has none, as the first checkpoint of an analysis has none).
+        The store's points after ``step`` (an earlier attempt got further) are replaced; its point at
+        ``step`` is kept where there is one, else one is computed there (without an increment), so
+        that every point's increment spans the steps from the point before it.  Call it on every
+        rank, before the first ``step`` of the resumed loop (both callbacks do)."""
+        step = int(step)
+        if self.rank != 0:
+            if self.src.sharded:
+                self._join_gathers()
+            return
+        for s in [s for s in self._points if s > step]:
+            del self._points[s]
+            store.part_path(self.out_dir, s).unlink(missing_ok=True)
+        self._prev, self._prev_step, self._engine.prev = None, None, None
+        self._last_step = step
+        if step in self._points:  # the earlier attempt's point: the same weights, with its increment
+            live = _Blocks(self.layout, self.src.read, self.device)
+            with torch.no_grad():
+                *_, kept = Analyzer._compute(self._engine, live, self.layout, None, step)  # type: ignore[arg-type]
+            self._prev, self._prev_step = live.snapshot(), step
+            self._engine.prev = SimpleNamespace(kept=kept)
+        else:
+            self._compute(step)
+
     def record(self, step: int, loss=None, grad_norm=None, lr=None) -> None:
         """Append one line to the store's training log (``log.jsonl``, read as the loss curve)."""
         if self.rank == 0 and loss is not None:
