@@ -56,6 +56,8 @@ class LightningCallback(Callback):
     def on_train_start(self, trainer, pl_module):
         if self.monitor is not None and trainer.global_step > 0:  # resumed: weights and loops restored
             self.monitor.start(trainer.global_step)
+            # the first batches of an accumulation cycle still read this step: already taken
+            self._recorded = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step

@@ -273,17 +273,21 @@ class Monitor:
         The store's points after ``step`` (an earlier attempt got further) are replaced; its point at
         ``step`` is kept where there is one, else one is computed there (without an increment), so
         that every point's increment spans the steps from the point before it.  Call it on every
-        rank, before the first ``step`` of the resumed loop (both callbacks do)."""
+        rank, before the first ``step`` of the resumed loop (both callbacks do): with sharded
+        parameters it gathers them, as ``step`` does."""
         step = int(step)
+        self._last_step = step  # on every rank: a step(S) that follows is skipped by all alike
         if self.rank != 0:
             if self.src.sharded:
                 self._join_gathers()
             return
-        for s in [s for s in self._points if s > step]:
+        later = [s for s in self._points if s > step]
+        for s in later:
             del self._points[s]
             store.part_path(self.out_dir, s).unlink(missing_ok=True)
+        if later:  # the summary judged them: stale now (``ckptscan report`` judges the store again)
+            store.forget_summary(self.out_dir)
         self._prev, self._prev_step, self._engine.prev = None, None, None
-        self._last_step = step
         if step in self._points:  # the earlier attempt's point: the same weights, with its increment
             live = _Blocks(self.layout, self.src.read, self.device)
             with torch.no_grad():

@@ -179,6 +179,11 @@ def write_result(out: str | Path, points=None, command: list[str] | None = None,
     return result
 
 
+def forget_summary(out: str | Path) -> None:
+    """Remove the store's summary (its points changed without a new part: ``is_stale`` then says so)."""
+    (Path(out) / "summary.json").unlink(missing_ok=True)
+
+
 def is_stale(out: str | Path) -> bool:
     """An in-loop store whose summary is missing or older than its newest part (a loop killed
     between detection passes)."""
