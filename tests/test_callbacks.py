@@ -371,6 +371,80 @@ def test_start_forgets_the_summary_of_the_points_it_drops(tmp_path):
     assert store.is_stale(out)
 
 
+def test_detection_passes_and_the_log_keep_to_the_runs_steps_across_a_resume(tmp_path, monkeypatch):
+    """Passes at the multiples of ``every * detect_every`` (here 300, 600, ...) whatever the
+    process computed before, so a run killed and resumed more often than every ``detect_every``
+    points is still judged online; the loss lines passed so far are on disk at every point."""
+    run = FIXTURES / "highlr-moe"
+    weights = dict(_fixture_weights(run))
+    model = _module_from(weights[100])
+    params = dict(model.named_parameters())
+    config = json.loads((run / "config.json").read_text())
+    passes = []
+    original = Monitor.run_detection
+
+    def counted(self, step=None):
+        passes.append(step)
+        return original(self, step)
+
+    monkeypatch.setattr(Monitor, "run_detection", counted)
+    out = tmp_path / "live"
+
+    def at(step: int) -> int:
+        with torch.no_grad():
+            for name, t in weights[step].items():
+                params[name].copy_(t)
+        return step
+
+    first = Monitor(model, out, every=100, detect_every=3, config=config)
+    for step in (100, 200):
+        first.step(at(step), loss=2.0)
+    lines = (out / "log.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [100, 200]  # flushed at 200, no pass there
+    for step in (300, 400, 500):
+        first.step(at(step), loss=2.0)
+    assert passes == [300]  # killed at 500: no close()
+    second = Monitor(model, out, every=100, detect_every=3, config=config)
+    second.start(at(400))
+    for step in (500, 600):
+        second.step(at(step), loss=2.0)
+    assert passes == [300, 600]  # the fourth and fifth points of the run, the second of this process
+
+
+def test_a_callback_that_cannot_monitor_warns_and_training_goes_on(tmp_path):
+    """A folder that holds another run's store: the HF callback warns, naming why, and the Trainer
+    trains on unmonitored; ``strict=True`` raises instead."""
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from transformers import Trainer, TrainingArguments
+
+    from ckptscan.callbacks import HFCallback
+    from ckptscan.errors import UsageError
+
+    torch.set_num_threads(1)
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live" / "run.json").write_text(json.dumps({"run": "/some/run", "selection": {}}))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        save_strategy="no",
+        per_device_train_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    cb = HFCallback(tmp_path / "live", every=2)
+    with pytest.warns(
+        RuntimeWarning, match="in-loop monitoring is off for this run: .*needs a folder of its own"
+    ):
+        state = Trainer(model=_llama(), args=args, train_dataset=_token_data(16), callbacks=[cb]).train()
+    assert state.global_step == 4 and cb.monitor is None
+    assert not (tmp_path / "live" / "parts").exists()
+    strict = HFCallback(tmp_path / "live", every=2, strict=True)
+    with warnings.catch_warnings(), pytest.raises(UsageError, match="needs a folder of its own"):
+        warnings.simplefilter("ignore")
+        Trainer(model=_llama(), args=args, train_dataset=_token_data(16), callbacks=[strict]).train()
+
+
 def test_resuming_where_the_store_has_no_point_computes_one_there(tmp_path):
     """Killed at 500, resumed from a checkpoint at 600 that the store has no point for: ``start``
     computes one there (no increment: the weights before it are gone), and 700's increment spans

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .monitor import DEFAULT_EVERY, Alarm, Monitor
+from .monitor import DEFAULT_EVERY, Alarm, Monitor, open_for_callback
 
 
 class HFCallback(TrainerCallback):
@@ -28,30 +28,35 @@ class HFCallback(TrainerCallback):
         on_alarm=None,
         stop_on_alarm: bool = False,
         save_on_alarm: bool = False,
+        strict: bool = False,
         **monitor_kwargs,
     ):
-        self.out_dir, self.every = Path(out_dir), every
+        self.out_dir, self.every, self.strict = Path(out_dir), every, strict
+        self.off = False  # the monitor could not be opened: the training goes on unmonitored
         self.user_on_alarm, self.stop_on_alarm, self.save_on_alarm = on_alarm, stop_on_alarm, save_on_alarm
         self.monitor_kwargs = monitor_kwargs
         self.monitor: Monitor | None = None
         self._control = None
         self._context: dict = {}
 
-    def _ensure(self, model) -> Monitor:
-        if self.monitor is None:
-            self.monitor = Monitor(
-                model, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs
+    def _ensure(self, model) -> Monitor | None:
+        if self.monitor is None and not self.off:
+            self.monitor = open_for_callback(
+                self.strict, model, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs
             )
+            self.off = self.monitor is None
         return self.monitor
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         monitor = self._ensure(model)
-        if state.global_step > 0:  # resumed: the checkpoint's weights are loaded by now
+        if monitor is not None and state.global_step > 0:  # resumed: the checkpoint's weights are loaded
             monitor.start(state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self._control, self._context = control, {"model": model, **kwargs}
-        self._ensure(model).step(state.global_step)
+        monitor = self._ensure(model)
+        if monitor is not None:
+            monitor.step(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.monitor is not None and logs and "loss" in logs:

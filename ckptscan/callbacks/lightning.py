@@ -20,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover - the older package name
     from pytorch_lightning import Callback  # type: ignore[assignment]  # the same class, its older package
 
-from .monitor import DEFAULT_EVERY, Alarm, Monitor
+from .monitor import DEFAULT_EVERY, Alarm, Monitor, open_for_callback
 
 
 def _loss(outputs):
@@ -38,9 +38,10 @@ class LightningCallback(Callback):
         on_alarm=None,
         stop_on_alarm: bool = False,
         save_on_alarm: bool = False,
+        strict: bool = False,
         **monitor_kwargs,
     ):
-        self.out_dir, self.every = Path(out_dir), every
+        self.out_dir, self.every, self.strict = Path(out_dir), every, strict
         self.user_on_alarm, self.stop_on_alarm, self.save_on_alarm = on_alarm, stop_on_alarm, save_on_alarm
         self.monitor_kwargs = monitor_kwargs
         self.monitor: Monitor | None = None
@@ -49,8 +50,13 @@ class LightningCallback(Callback):
 
     def on_fit_start(self, trainer, pl_module):
         if self.monitor is None:
-            self.monitor = Monitor(
-                pl_module, self.out_dir, self.every, on_alarm=self._on_alarm, **self.monitor_kwargs
+            self.monitor = open_for_callback(
+                self.strict,
+                pl_module,
+                self.out_dir,
+                self.every,
+                on_alarm=self._on_alarm,
+                **self.monitor_kwargs,
             )
 
     def on_train_start(self, trainer, pl_module):

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,7 @@ from typing import IO, Any, Self, cast
 import torch
 
 from ckptscan import monitors
+from ckptscan.errors import CkptscanError
 from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import Layout
 from ckptscan.monitors.attention import Workspace
@@ -58,7 +61,8 @@ from . import store
 # Default interval in optimizer steps: from the per-call cost measured at 1B geometry
 # (docs/performance.md, "In-loop monitor"); the reasoning and the assumed step time are there.
 DEFAULT_EVERY = 100
-# Online detection: one pass (assemble, detect, write summary.json) every this many computed points.
+# Online detection: one pass (assemble, detect, write summary.json) every this many points (at the
+# steps that are multiples of every * detect_every).
 DEFAULT_DETECT_EVERY = 10
 
 
@@ -179,9 +183,11 @@ class Monitor:
 
     ``every``: compute every this many optimizer steps (``step % every == 0``).  ``device``: where to
     compute (default: the device of the parameters).  ``detect``: run the detector online every
-    ``detect_every`` computed points and call ``on_alarm(Alarm)`` once, at the first pass that finds
-    the run anomalous.  ``config``: the model config (default: an HF model's ``model.config``; needed
-    for head counts where shapes do not tell them).  ``rename``: parameter name -> the name a
+    ``detect_every`` points (at the steps that are multiples of ``every * detect_every``, so across
+    a resume too) and call ``on_alarm(Alarm)`` once per process, at the first pass that finds the
+    run anomalous.  The training log is flushed to the store at every point.  ``config``: the model
+    config (default: an HF model's ``model.config``; needed for head counts where shapes do not tell
+    them).  ``rename``: parameter name -> the name a
     checkpoint of this model would use (models whose module names no layout family knows).
     ``layout_file``: a layout TOML (docs/layouts.md).  ``log_file``: the training log to judge the
     loss curve from, when the loop does not pass ``loss`` to ``step``.  ``name``: what the store says
@@ -255,16 +261,24 @@ class Monitor:
             if self.src.sharded:
                 self._join_gathers()
             self._computed += 1
-            if self.detect and self._computed % self.detect_every == 0:
+            if self._detects_at(step):
                 self._sync_alarm(None, step)
             return None
         t0 = time.perf_counter()
         values = self._compute(step)
         self.call_seconds.append(time.perf_counter() - t0)
         self._computed += 1
-        if self.detect and self._computed % self.detect_every == 0:
+        if self._detects_at(step):
             self.run_detection(step)
+        else:
+            self._flush_log()  # the loss so far is on disk at every point (a killed loop keeps it)
         return values
+
+    def _detects_at(self, step: int) -> bool:
+        """A detection pass at every ``detect_every``-th multiple of ``every`` in the run's own
+        steps: the same steps on every rank and across a resume (the count of points a process
+        computed would start again at each restart)."""
+        return self.detect and (step // self.every) % self.detect_every == 0
 
     def start(self, step: int) -> None:
         """The model's weights are those of ``step``: a run resumed from the checkpoint saved at it,
@@ -399,6 +413,23 @@ class Monitor:
     def _flush_log(self) -> None:
         if self._log is not None:
             self._log.flush()
+
+
+def open_for_callback(strict: bool, *args, **kwargs) -> Monitor | None:
+    """A callback's ``Monitor(*args, **kwargs)``; where it cannot monitor this model or folder (a
+    ``CkptscanError``: parameters no layout resolves, FSDP1 flat or ZeRO-3 partitioned ones, a
+    folder that holds another run) and not ``strict``, a warning that names why, and None: the
+    training goes on unmonitored rather than stopping (every rank meets the same error, so none is
+    left waiting in a gather)."""
+    try:
+        return Monitor(*args, **kwargs)
+    except CkptscanError as e:
+        if strict:
+            raise
+        msg = f"ckptscan: in-loop monitoring is off for this run: {e}"
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        logging.getLogger("ckptscan").warning(msg)
+        return None
 
 
 def _num(x) -> float | None:
