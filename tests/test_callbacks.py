@@ -445,6 +445,21 @@ def test_a_callback_that_cannot_monitor_warns_and_training_goes_on(tmp_path):
         Trainer(model=_llama(), args=args, train_dataset=_token_data(16), callbacks=[strict]).train()
 
 
+def test_a_store_resumed_with_other_settings_warns(tmp_path):
+    """Points computed without the projections, then a resume with them: the monitor says the
+    store mixes the two; the same settings again say nothing."""
+    run = FIXTURES / "highlr-moe"
+    weights = dict(_fixture_weights(run))
+    model = _module_from(weights[100])
+    config = json.loads((run / "config.json").read_text())
+    Monitor(model, tmp_path / "live", every=100, detect=False, config=config).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Monitor(model, tmp_path / "live", every=100, detect=False, config=config).close()
+    with pytest.warns(RuntimeWarning, match="layout differ from those its store's earlier points"):
+        Monitor(model, tmp_path / "live", every=100, detect=False, config=config, projections=True)
+
+
 def test_resuming_where_the_store_has_no_point_computes_one_there(tmp_path):
     """Killed at 500, resumed from a checkpoint at 600 that the store has no point for: ``start``
     computes one there (no increment: the weights before it are gone), and 700's increment spans

@@ -242,7 +242,17 @@ class Monitor:
         self._computed = 0
         self._log: IO[str] | None = None
         if self.rank == 0:
-            store.claim(self.out_dir, self._owner())
+            before, owner = store.read_owner(self.out_dir), self._owner()
+            store.claim(self.out_dir, owner)
+            changed = [k for k in ("every", "layout") if before and k in before and before[k] != owner[k]]
+            if changed and before.get("run") == owner["run"]:
+                msg = (
+                    f"ckptscan: {self.out_dir}: this run's {' and '.join(changed)} differ from those its "
+                    "store's earlier points were computed with (projections on or off, another interval); "
+                    "they are kept, and a series one attempt lacks is NaN at its points"
+                )
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+                logging.getLogger("ckptscan").warning(msg)
             self._points = {s: (s, v, f, src) for s, v, f, src in store.read_points(self.out_dir)}
 
     # -- the loop's calls ----------------------------------------------------------------------------
