@@ -2329,10 +2329,11 @@ def test_a_fall_that_began_before_the_layers_settled_is_read_from_the_high_after
     and a plain-loop OLMoE low-precision run of ``holdout49``/``holdout51`` whose entropy fell as
     they settled were read so).  Each layer's median is now also read against the highest it
     stood at (over three checkpoints) from the checkpoint at which the warm-up's peak passed
-    (``peak_passed``; ``Params.fall_peak`` 0.2): both layers 0.2 under it three checkpoints in a
-    row, ``lowprec_attention``, the alarms' shape "peak".  The same run with a fall of 0.15 (under
-    the bar) reads nothing, nor the run without it, whose layer 0 dips to 0.3 during the warm-up
-    (before the peak passed)."""
+    (``peak_passed``; ``Params.fall_peak`` 0.2, the rules from the ``holdout52`` freeze to the
+    ``holdout63`` one): both layers 0.2 under it three checkpoints in a row, ``lowprec_attention``,
+    the alarms' shape "peak".  The same run with a fall of 0.15 (under the bar) reads nothing, nor
+    the run without it, whose layer 0 dips to 0.3 during the warm-up (before the peak passed).  The
+    reading is off by default now (the next test): this run reads healthy again."""
     for seed in range(4):
         steps, s = _fine_run(seed, n=150, warmup=150)
         base = Timeline.from_arrays(steps, s)
@@ -2343,14 +2344,14 @@ def test_a_fall_that_began_before_the_layers_settled_is_read_from_the_high_after
         assert detect.fall_alarms(small) == [], seed
         worn = _slow_wear(s, steps, 455, 0.3, 250)
         t = Timeline.from_arrays(steps, worn)
-        old = detect.Params(fall_peak=0.0)
-        assert detect.fall_alarms(t, old) == [], seed
-        assert judge(tmp_path, t, [], params=old)["verdict"]["fault_type"] == "healthy", seed
-        alarms = detect.fall_alarms(t)
+        now, peak_rule = detect.Params(), detect.Params(fall_peak=0.2)
+        assert detect.fall_alarms(t, now) == [], seed
+        assert judge(tmp_path, t, [], params=now)["verdict"]["fault_type"] == "healthy", seed
+        alarms = detect.fall_alarms(t, peak_rule)
         assert {(a.layer, a.shape) for a in alarms} == {(0, "peak"), (1, "peak")}, seed
         first = alarms[0].first_step
         assert 455 < first < 705, (seed, first)
-        v = judge(tmp_path, Timeline.from_arrays(steps, worn), [])["verdict"]
+        v = judge(tmp_path, Timeline.from_arrays(steps, worn), [], params=peak_rule)["verdict"]
         assert (v["decision"], v["earliest_step"]) == ("lowprec_attention", first), seed
         # by hand: per layer, the highest median of three values in a row from the peak's
         # checkpoint on, up to i, less the highest of the values at i and the next two
@@ -2361,6 +2362,26 @@ def test_a_fall_that_began_before_the_layers_settled_is_read_from_the_high_after
             np.testing.assert_allclose(a.score, _peak_fall_by_hand(med[:, a.layer], peak, i), rtol=1e-6)
         earlier = [_peak_fall_by_hand(med[:, layer], peak, i - 1) for layer in (0, 1)]
         assert min(earlier) < 0.2, seed  # not a checkpoint earlier
+
+
+def test_a_dip_after_the_warm_up_peak_that_comes_back_is_no_fall(tmp_path):
+    """Saves every 10 steps, a 150-step warm-up: every head of both layers loses 0.35 of D2 entropy
+    from step 430 over 60 steps, holds it for 60 steps, and is back by 610, before the layers
+    settle (a healthy run's transient after its warm-up, as a Lightning Qwen2-MoE Adafactor run of
+    ``holdout62`` showed).  The fall read from the warm-up's peak (``Params.fall_peak`` 0.2, the
+    rules from the ``holdout52`` freeze) read it as ``lowprec_attention``, dated inside the dip;
+    with that reading off (the default since the ``holdout63`` freeze) the run is healthy."""
+    for seed in range(4):
+        steps, s = _fine_run(seed, n=150, warmup=150)
+        dipped = _slow_wear(s, steps, 430, 0.35, 60)
+        back = _slow_wear(dipped, steps, 550, -0.35, 60)
+        t = Timeline.from_arrays(steps, back)
+        assert set(steps[detect.layer_starts(t)]) <= {600, 680}, seed
+        old = judge(tmp_path, t, [], params=detect.Params(fall_peak=0.2))["verdict"]
+        assert old["fault_type"] == "lowprec_attention" and 430 < old["earliest_step"] < 610, (seed, old)
+        assert {a.shape for a in detect.fall_alarms(t, detect.Params(fall_peak=0.2))} == {"peak"}, seed
+        assert detect.fall_alarms(t) == [], seed
+        assert judge(tmp_path, t, [])["verdict"]["fault_type"] == "healthy", seed
 
 
 def _peak_fall_by_hand(col, peak, at):

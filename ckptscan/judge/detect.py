@@ -74,9 +74,10 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
    down a little per save without collapsing any (a model whose q/k pass through a norm), under
    the level test's window and far from 6.'s depth.  A layer also counts where its median stands
    ``fall_high`` under the highest it stood at (over three checkpoints) from ``fall_high_from``
-   times its settling step on: a run that settles late has no whole window before its end; or
-   ``fall_peak`` under the highest it stood at from the checkpoint at which the warm-up's peak
-   passed (``warmup_peak``) on: a fall that began while the layers settled.
+   times its settling step on: a run that settles late has no whole window before its end; or,
+   where ``fall_peak`` is set (off by default since the ``holdout63`` freeze), ``fall_peak`` under
+   the highest it stood at from the checkpoint at which the warm-up's peak passed
+   (``warmup_peak``) on: a fall that began while the layers settled.
 9. *A step size lifted off a level it held* (``lift_alarms``), on the checkpoints, with or without
    a settling: the attention step size *and* the output projections' ``lift`` times over the level
    they held from half the steps so far to a third of that before (``LIFT_HELD``), and over the
@@ -214,10 +215,11 @@ class Params:
     #                          before the holdout51 freeze)
     fall_high_from: float = 1.5  # ... not from the settling itself: a layer's entropy can stand high
     #                              for a while just after it settled, and come back
-    fall_peak: float = 0.2  # ... or this far under the highest it stood at from the end of the
+    fall_peak: float = 0.0  # ... or this far under the highest it stood at from the end of the
     #                         warm-up's peak on (``warmup_peak``, as the early-fall rule reads it): a
-    #                         fall that began before the layers settled (0: off, the rules holdout52
-    #                         was trained under)
+    #                         fall that began before the layers settled.  0: off, since the holdout63
+    #                         freeze (it read dips after the warm-up that came back); 0.2 from the
+    #                         holdout52 freeze until then
     early_fall: float = 0.5  # a fall before the loss diverged, in a run examined only after that
     #                          (``early_fall_alarms``): a layer's median D2 entropy under this share of its
     #                          level at the settling (or the warm-up's end: next), at two checkpoints in a
