@@ -698,6 +698,34 @@ def test_lightning_callback_resumed_from_a_checkpoint(tmp_path):
     assert_same_timeline(offline.timeline, live.timeline)
 
 
+@pytest.mark.parametrize("kind", ["fsdp1", "zero3"])
+def test_parameters_held_as_shards_get_an_error_that_says_what_to_do(tmp_path, kind):
+    """FSDP1's flat parameters and DeepSpeed ZeRO-3's partitioned ones (an empty local tensor with
+    ``ds_numel``) cannot be resolved into heads: the error names them and the way out."""
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from ckptscan.errors import LayoutError
+
+    model = _llama()
+    if kind == "fsdp1":
+        wrapped = torch.nn.Module()
+        wrapped.add_module("_fsdp_wrapped_module", torch.nn.Module())
+        n = sum(p.numel() for p in model.parameters())
+        wrapped._fsdp_wrapped_module.register_parameter("_flat_param", torch.nn.Parameter(torch.zeros(n)))
+        wrapped.config = model.config
+        model, expect = wrapped, "FSDP1 flat parameters .*summon_full_params"
+    else:
+        for mod in model.modules():
+            for key, p in list(mod._parameters.items()):
+                if p is not None:
+                    shard = torch.nn.Parameter(torch.empty(0))
+                    shard.ds_numel = p.numel()
+                    mod._parameters[key] = shard
+        expect = "ZeRO-3 partitioned parameters .*GatheredParameters"
+    with pytest.raises(LayoutError, match=expect):
+        Monitor(model, tmp_path / "live")
+    assert not (tmp_path / "live").exists()
+
+
 def test_store_refuses_an_analysis_folder(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "run.json").write_text(json.dumps({"run": "/some/run", "selection": {}}))

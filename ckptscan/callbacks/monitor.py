@@ -49,7 +49,7 @@ from typing import IO, Any, Self, cast
 import torch
 
 from ckptscan import monitors
-from ckptscan.errors import CkptscanError
+from ckptscan.errors import CkptscanError, LayoutError
 from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import Layout
 from ckptscan.monitors.attention import Workspace
@@ -117,6 +117,26 @@ def model_config(model: torch.nn.Module) -> dict | None:
     return None
 
 
+def _refuse_partitioned(params: dict[str, torch.nn.Parameter]) -> None:
+    """A clear error for parameters that exist only as shards no layout can resolve into heads:
+    FSDP1's flat parameters (``..._flat_param``, outside ``summon_full_params``) and DeepSpeed
+    ZeRO-3's partitioned ones (``ds_numel`` set, an empty local tensor, outside a gather)."""
+    flat = [n for n in params if n.endswith("_flat_param") or "._flat_param" in n]
+    if flat:
+        raise LayoutError(
+            f"FSDP1 flat parameters ({flat[0]}): the heads cannot be read from them; call the monitor's "
+            "step inside FSDP.summon_full_params(model, writeback=False), construct it there too, or "
+            "shard with FSDP2 (fully_shard) instead (docs/live.md, 'DDP, FSDP')"
+        )
+    zero3 = [n for n, p in params.items() if hasattr(p, "ds_numel") and p.numel() == 0]
+    if zero3:
+        raise LayoutError(
+            f"DeepSpeed ZeRO-3 partitioned parameters ({zero3[0]}): the heads cannot be read from the "
+            "local shards; monitor inside deepspeed.zero.GatheredParameters(model.parameters()), or "
+            "analyse the checkpoints offline (docs/live.md, 'DDP, FSDP')"
+        )
+
+
 class ParamSource:
     """A model's parameters seen as a ``TensorSource``: names (optionally renamed), shapes and dtypes
     from the parameters, ``read`` returns the live tensor (detached; a DTensor gathered)."""
@@ -132,6 +152,7 @@ class ParamSource:
             self.params[n] = p
             self._infos[n] = TensorInfo(n, tuple(p.shape), str(p.dtype).removeprefix("torch."), "<in-loop>")
         self.sharded = any(_is_dtensor(p) for p in self.params.values())
+        _refuse_partitioned(self.params)
 
     def infos(self) -> dict[str, TensorInfo]:
         return self._infos
