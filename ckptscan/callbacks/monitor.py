@@ -263,9 +263,9 @@ class Monitor:
         self._computed = 0
         self._log: IO[str] | None = None
         if self.rank == 0:
-            before, owner = store.read_owner(self.out_dir), self._owner()
+            before, owner = store.read_owner(self.out_dir) or {}, self._owner()
             store.claim(self.out_dir, owner)
-            changed = [k for k in ("every", "layout") if before and k in before and before[k] != owner[k]]
+            changed = [k for k in ("every", "layout") if k in before and before[k] != owner[k]]
             if changed and before.get("run") == owner["run"]:
                 msg = (
                     f"ckptscan: {self.out_dir}: this run's {' and '.join(changed)} differ from those its "
