@@ -2366,8 +2366,8 @@ def test_a_fall_that_began_before_the_layers_settled_is_read_from_the_high_after
 
 def test_a_dip_after_the_warm_up_peak_that_comes_back_is_no_fall(tmp_path):
     """Saves every 10 steps, a 150-step warm-up: every head of both layers loses 0.35 of D2 entropy
-    from step 430 over 60 steps, holds it for 60 steps, and is back by 610, before the layers
-    settle (a healthy run's transient after its warm-up, as a Lightning Qwen2-MoE Adafactor run of
+    from step 430 over 60 steps, holds it for 60 steps, and is back by 610, as the layers settle
+    (600-680; a healthy run's transient after its warm-up, as a Lightning Qwen2-MoE Adafactor run of
     ``holdout62`` showed).  The fall read from the warm-up's peak (``Params.fall_peak`` 0.2, the
     rules from the ``holdout52`` freeze) read it as ``lowprec_attention``, dated inside the dip;
     with that reading off (the default since the ``holdout63`` freeze) the run is healthy."""
