@@ -496,16 +496,12 @@ def _token_data(n: int):
     return [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (n, 16), generator=g)]
 
 
-def test_hf_trainer_callback_store_analyses_like_checkpoints(tmp_path):
-    pytest.importorskip("transformers", reason="transformers is in the test extra")
-    from transformers import Trainer, TrainingArguments
+def _saving_args(out: Path):
+    """The Trainer's arguments of a 20-step CPU run that saves and logs: checkpoints every 5 steps."""
+    from transformers import TrainingArguments
 
-    from ckptscan.callbacks import HFCallback
-
-    torch.set_num_threads(1)
-    cb = HFCallback(tmp_path / "live", every=5)
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "run"),
+    return TrainingArguments(
+        output_dir=str(out),
         max_steps=20,
         save_steps=5,
         logging_steps=1,
@@ -515,6 +511,17 @@ def test_hf_trainer_callback_store_analyses_like_checkpoints(tmp_path):
         disable_tqdm=True,
         learning_rate=1e-3,
     )
+
+
+def test_hf_trainer_callback_store_analyses_like_checkpoints(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from transformers import Trainer
+
+    from ckptscan.callbacks import HFCallback
+
+    torch.set_num_threads(1)
+    cb = HFCallback(tmp_path / "live", every=5)
+    args = _saving_args(tmp_path / "run")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         Trainer(model=_llama(), args=args, train_dataset=_token_data(80), callbacks=[cb]).train()
@@ -541,22 +548,12 @@ def test_hf_trainer_resumed_from_a_checkpoint_continues_the_store(tmp_path):
     with the same callback folder: the store's points 15 and 20 are the second attempt's, with their
     increments from the loaded checkpoint, and equal the offline analysis of the checkpoints left."""
     pytest.importorskip("transformers", reason="transformers is in the test extra")
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
 
     from ckptscan.callbacks import HFCallback
 
     torch.set_num_threads(1)
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "run"),
-        max_steps=20,
-        save_steps=5,
-        logging_steps=1,
-        per_device_train_batch_size=4,
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        learning_rate=1e-3,
-    )
+    args = _saving_args(tmp_path / "run")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for resume in (None, str(tmp_path / "run" / "checkpoint-10")):
@@ -609,9 +606,9 @@ def test_hf_callback_stops_and_saves_on_alarm(tmp_path, monkeypatch):
     assert (tmp_path / "run" / "checkpoint-2").is_dir()  # and saved there
 
 
-def test_lightning_callback(tmp_path):
-    L = pytest.importorskip("lightning", reason="lightning is in the test extra")
-    from ckptscan.callbacks import LightningCallback
+def _lightning_fit(L, root: Path, callbacks: list, ckpt_path=None) -> None:
+    """Nine steps of a LightningModule around ``_llama()`` on ``_token_data`` (AdamW at 1e-3) on the
+    CPU, with ``callbacks``; checkpoints only where a ``ModelCheckpoint`` is among them."""
 
     class Module(L.LightningModule):
         def __init__(self):
@@ -629,19 +626,26 @@ def test_lightning_callback(tmp_path):
                 torch.stack([d["input_ids"] for d in _token_data(40)]), batch_size=4
             )
 
-    cb = LightningCallback(tmp_path / "live", every=3)
+    saves = any(isinstance(c, L.pytorch.callbacks.ModelCheckpoint) for c in callbacks)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         L.Trainer(
-            default_root_dir=str(tmp_path / "run"),
+            default_root_dir=str(root),
             max_steps=9,
             accelerator="cpu",
             logger=False,
-            enable_checkpointing=False,
+            enable_checkpointing=saves,
             enable_progress_bar=False,
             enable_model_summary=False,
-            callbacks=[cb],
-        ).fit(Module())
+            callbacks=callbacks,
+        ).fit(Module(), ckpt_path=ckpt_path)
+
+
+def test_lightning_callback(tmp_path):
+    L = pytest.importorskip("lightning", reason="lightning is in the test extra")
+    from ckptscan.callbacks import LightningCallback
+
+    _lightning_fit(L, tmp_path / "run", [LightningCallback(tmp_path / "live", every=3)])
     live = load_result(tmp_path / "live")
     assert list(live.timeline.steps) == [3, 6, 9]
     assert live.summary["layout"]["family"] == "llama" and live.summary["log"]["points"] == 9
@@ -654,35 +658,9 @@ def test_lightning_callback_resumed_from_a_checkpoint(tmp_path):
     L = pytest.importorskip("lightning", reason="lightning is in the test extra")
     from ckptscan.callbacks import LightningCallback
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = _llama()
-
-        def training_step(self, batch, i):
-            return self.model(input_ids=batch, labels=batch).loss
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
-        def train_dataloader(self):
-            return torch.utils.data.DataLoader(
-                torch.stack([d["input_ids"] for d in _token_data(40)]), batch_size=4
-            )
-
     def fit(ckpts: Path, ckpt_path=None):
         save = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(ckpts), every_n_train_steps=3, save_top_k=-1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            L.Trainer(
-                default_root_dir=str(tmp_path / "run"),
-                max_steps=9,
-                accelerator="cpu",
-                logger=False,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                callbacks=[LightningCallback(tmp_path / "live", every=3), save],
-            ).fit(Module(), ckpt_path=ckpt_path)
+        _lightning_fit(L, tmp_path / "run", [LightningCallback(tmp_path / "live", every=3), save], ckpt_path)
 
     first, second = tmp_path / "first", tmp_path / "second"
     fit(first)
