@@ -315,9 +315,10 @@ class Monitor:
         """The model's weights are those of ``step``: a run resumed from the checkpoint saved at it,
         just loaded.  They become the previous point, so the first point computed after them has its
         increment (without this call it has none, as the first checkpoint of an analysis has none).
-        The store's points after ``step`` (an earlier attempt got further) are replaced; its point at
-        ``step`` is kept where there is one, else one is computed there (without an increment), so
-        that every point's increment spans the steps from the point before it.  Call it on every
+        The store's points after ``step`` (an earlier attempt got further) are dropped, with the
+        summary that judged them, and computed again as the run gets there; its point at ``step`` is
+        kept where there is one, else one is computed there (without an increment), so that every
+        point's increment spans the steps from the point before it.  Call it on every
         rank, before the first ``step`` of the resumed loop (both callbacks do): with sharded
         parameters it gathers them, as ``step`` does."""
         step = int(step)
