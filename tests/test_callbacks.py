@@ -217,6 +217,57 @@ def test_two_ranks_stay_in_lockstep_through_a_resume(tmp_path):
     assert [s for s, *_ in store.read_points(tmp_path / "store")] == [100, 200, 300, 400]
 
 
+def _agreement_worker(rank: int, port: int, out: Path, run: Path) -> None:
+    """One of two gloo ranks opening a callback's monitor on a folder that holds another run's
+    store: only rank 0 claims the folder, so only it meets the error."""
+    import datetime
+    import os
+
+    from ckptscan.callbacks.monitor import open_for_callback
+    from ckptscan.errors import UsageError
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group(
+        "gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60)
+    )
+    torch.set_num_threads(1)
+    model = _module_from(dict(_fixture_weights(run))[100])
+    config = json.loads((run / "config.json").read_text())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        lenient = open_for_callback(False, model, out / "store", 100, config=config)
+    try:
+        open_for_callback(True, model, out / "store", 100, config=config)
+        strict = "opened"
+    except UsageError as e:
+        strict = str(e)
+    result = {"off": lenient is None, "warned": [str(w.message) for w in seen], "strict": strict}
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    torch.distributed.destroy_process_group()
+
+
+def test_ranks_agree_when_one_cannot_open_the_monitor(tmp_path):
+    """Two processes (gloo): the folder holds another run's store, which only rank 0 reads; both
+    ranks turn monitoring off (rank 1 naming rank 0's error), and with ``strict`` both raise, so no
+    rank is left waiting in a gather or a broadcast that the other never joins."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "run.json").write_text(json.dumps({"run": "/some/run", "selection": {}}))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_agreement_worker, args=(port, tmp_path, FIXTURES / "highlr-moe"), nprocs=2, join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["off"] and r1["off"]
+    assert any("needs a folder of its own" in w for w in r0["warned"])
+    assert any("(on rank 0)" in w and "needs a folder of its own" in w for w in r1["warned"])
+    assert "needs a folder of its own" in r0["strict"]
+    assert r1["strict"].startswith("in-loop monitoring failed on rank 0")
+
+
 def _fixture_weights(run: Path):
     truth = json.loads((run / "truth.json").read_text())
     for name in truth["checkpoints"]:

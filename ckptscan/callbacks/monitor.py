@@ -49,7 +49,7 @@ from typing import IO, Any, Self, cast
 import torch
 
 from ckptscan import monitors
-from ckptscan.errors import CkptscanError, LayoutError
+from ckptscan.errors import CkptscanError, LayoutError, UsageError
 from ckptscan.layouts import resolve_layout
 from ckptscan.layouts.base import Layout
 from ckptscan.monitors.attention import Workspace
@@ -327,19 +327,11 @@ class Monitor:
             if self.src.sharded:
                 self._join_gathers()
             return
-        later = [s for s in self._points if s > step]
-        for s in later:
-            del self._points[s]
-            store.part_path(self.out_dir, s).unlink(missing_ok=True)
-        if later:  # the summary judged them: stale now (``ckptscan report`` judges the store again)
+        if self._drop_points(after=step):  # the summary judged them: ``ckptscan report`` judges again
             store.forget_summary(self.out_dir)
         self._prev, self._prev_step, self._engine.prev = None, None, None
         if step in self._points:  # the earlier attempt's point: the same weights, with its increment
-            live = _Blocks(self.layout, self.src.read, self.device)
-            with torch.no_grad():
-                *_, kept = Analyzer._compute(self._engine, live, self.layout, None, step)  # type: ignore[arg-type]
-            self._prev, self._prev_step = live.snapshot(), step
-            self._engine.prev = SimpleNamespace(kept=kept)
+            self._read(step)
         else:
             self._compute(step)
 
@@ -393,20 +385,32 @@ class Monitor:
         if self._prev_step is None or step <= self._prev_step:
             # the first point of this process: a point of an earlier attempt at or after it (a run
             # resumed from an older checkpoint) is replaced, not mixed in
-            for s in [s for s in self._points if s >= step]:
-                del self._points[s]
-                store.part_path(self.out_dir, s).unlink(missing_ok=True)
-            self._prev, self._engine.prev = None, None
+            self._drop_points(after=step - 1)
+            self._prev, self._prev_step, self._engine.prev = None, None, None
+        identity = {"version": ANALYSIS_VERSION, "every": self.every, "prev_step": self._prev_step}
+        values, findings = self._read(step)
+        store.write_point(self.out_dir, step, values, findings, identity)
+        self._points[step] = (step, values, findings, store.SOURCE_IN_LOOP)
+        return values
+
+    def _read(self, step: int) -> tuple[dict, list]:
+        """The point's values and findings from the live parameters (the increment from the previous
+        point's snapshot, where there is one), which become the next point's previous one."""
         live = _Blocks(self.layout, self.src.read, self.device)
         with torch.no_grad():
             # a stand-in for the Analyzer and its weight readers (duck-typed): the same computation on live tensors
             values, findings, kept = Analyzer._compute(self._engine, live, self.layout, self._prev, step)  # type: ignore[arg-type]
-        identity = {"version": ANALYSIS_VERSION, "every": self.every, "prev_step": self._prev_step}
-        store.write_point(self.out_dir, step, values, findings, identity)
-        self._points[step] = (step, values, findings, store.SOURCE_IN_LOOP)
         self._prev, self._prev_step = live.snapshot(), step
         self._engine.prev = SimpleNamespace(kept=kept)
-        return values
+        return values, findings
+
+    def _drop_points(self, after: int) -> list[int]:
+        """Delete the store's points after step ``after`` (an earlier attempt's); returns their steps."""
+        later = [s for s in self._points if s > after]
+        for s in later:
+            del self._points[s]
+            store.part_path(self.out_dir, s).unlink(missing_ok=True)
+        return later
 
     def _join_gathers(self) -> None:
         """A rank other than 0 with sharded parameters: take part in rank 0's gathers, in its order
@@ -451,17 +455,39 @@ def open_for_callback(strict: bool, *args, **kwargs) -> Monitor | None:
     """A callback's ``Monitor(*args, **kwargs)``; where it cannot monitor this model or folder (a
     ``CkptscanError``: parameters no layout resolves, FSDP1 flat or ZeRO-3 partitioned ones, a
     folder that holds another run) and not ``strict``, a warning that names why, and None: the
-    training goes on unmonitored rather than stopping (every rank meets the same error, so none is
-    left waiting in a gather)."""
+    training goes on unmonitored rather than stopping.  Under ``torch.distributed`` the ranks agree
+    first (a folder is claimed on rank 0 alone): where any rank failed, every rank is off (or, with
+    ``strict``, raises), so that none is left waiting in a gather or a broadcast."""
+    monitor, error = None, None
     try:
-        return Monitor(*args, **kwargs)
+        monitor = Monitor(*args, **kwargs)
     except CkptscanError as e:
-        if strict:
-            raise
-        msg = f"ckptscan: in-loop monitoring is off for this run: {e}"
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-        logging.getLogger("ckptscan").warning(msg)
-        return None
+        error = e
+    failed = _first_failure(None if error is None else str(error))
+    if failed is None:
+        return monitor
+    if strict:
+        raise (
+            error
+            if error is not None
+            else UsageError(f"in-loop monitoring failed on rank {failed[0]}: {failed[1]}")
+        )
+    where = "" if error is not None else f" (on rank {failed[0]})"
+    msg = f"ckptscan: in-loop monitoring is off for this run{where}: {failed[1]}"
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    logging.getLogger("ckptscan").warning(msg)
+    return None
+
+
+def _first_failure(mine: str | None) -> tuple[int, str] | None:
+    """(rank, error) of the first rank whose monitor could not be opened, None where none failed;
+    this rank's own alone outside ``torch.distributed``."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return None if mine is None else (rank, mine)
+    errors: list[str | None] = [None] * world
+    torch.distributed.all_gather_object(errors, mine)
+    return next(((r, e) for r, e in enumerate(errors) if e is not None), None)
 
 
 def _num(x) -> float | None:
