@@ -113,7 +113,13 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
         (d, e) for d in (4, 6, 8) for e in (10, 25, 50, 100, 250)
     }
     assert all(f"-L{s.layers}-" in s.name for s in part)
-    for name in ("holdout51", "holdout61", "holdout62", "holdout63"):  # the narrow 2-layer models
+    for name in (
+        "holdout51",
+        "holdout61",
+        "holdout62",
+        "holdout63",
+        "holdout64",
+    ):  # the narrow 2-layer models
         narrow = recipes.PARTS[name]()
         assert all(s.layers == 2 and "-L" not in s.recipe and "-H" not in s.recipe for s in narrow), name
         assert {(s.heads, s.kv_heads, s.head_dim) for s in narrow} == {(4, 2, 16)}, name
