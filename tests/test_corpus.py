@@ -3,6 +3,7 @@ and one tiny run per training stack.  Skipped without the ``corpus`` extra (tran
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -95,6 +96,8 @@ def test_parts_are_disjoint_and_cover_the_matrix():
         assert seeds.isdisjoint(seen), f"{name} shares a seed with an earlier part"
         seen |= seeds
         assert len({s.name for s in part}) == len(part), f"{name}: two runs share a folder name"
+        if name.endswith("ref"):  # a reference part: checked below
+            continue
         assert {s.framework for s in part} == {"hf", "plain", "lightning"}
         assert {s.save_every for s in part} == {10, 25, 50, 100, 250}
         assert {s.schedule for s in part} == {"cos", "lin", "wsd", "const"}
@@ -104,6 +107,20 @@ def test_parts_are_disjoint_and_cover_the_matrix():
         assert {s.opt for s in part} >= {"adamw", "sgd"} and {s.moe for s in part} == {True, False}
         healthy = {s.recipe for s in part if s.fault == "none" and s.benign is None}
         assert all(s.recipe in healthy for s in part), "every run has a healthy twin"
+
+
+def test_a_reference_part_has_one_healthy_run_per_recipe_of_its_part_with_other_seeds():
+    refs = [name for name in recipes.PARTS if name.endswith("ref")]
+    assert refs
+    for name in refs:
+        part = recipes.PARTS[name.removesuffix("ref")]()
+        ref = recipes.PARTS[name]()
+        assert all(s.fault == "none" and s.benign is None for s in ref)
+        healthy = [s for s in part if s.fault == "none" and s.benign is None]
+        assert len(ref) == len(healthy) == len({s.recipe for s in part})
+        offset = recipes.REFERENCE_SEED_OFFSET
+        assert {dataclasses.replace(s, seed=s.seed - offset) for s in ref} == set(healthy)
+        assert {s.seed for s in ref}.isdisjoint({s.seed for s in part})
 
 
 def test_the_deeper_part_trains_every_depth_at_every_cadence():

@@ -52,6 +52,8 @@ the drills' (AdamW 3000-6000, SGD 800-1500, Adafactor 8000); Qwen3's QK-norm abs
 
 from __future__ import annotations
 
+import dataclasses
+
 from .common import RunSpec
 from .faults import LR_SHAPES
 
@@ -805,6 +807,22 @@ def holdout64() -> list[RunSpec]:
     return _held_out(seed0=6800, shift=66)
 
 
+REFERENCE_SEED_OFFSET = 50  # a reference part's seeds: its part's seeds + 50 (6850-6894 for holdout64)
+
+
+def holdout64ref() -> list[RunSpec]:
+    """Reference runs for holdout64: a second healthy run of each of its 45 recipes, with another
+    seed (its seed + ``REFERENCE_SEED_OFFSET``: other initial weights, other batches), as a team
+    would have from an earlier run of the same configuration.  Every holdout64 run is judged
+    against its recipe's reference with ``--baseline`` (``score.py --reference DIR``)."""
+    return _reference(holdout64())
+
+
+def _reference(part: list[RunSpec]) -> list[RunSpec]:
+    healthy = [s for s in part if s.fault == "none" and s.benign is None]
+    return _check([dataclasses.replace(s, seed=s.seed + REFERENCE_SEED_OFFSET) for s in healthy])
+
+
 def _held_out(
     seed0: int,
     shift: int,
@@ -943,4 +961,5 @@ PARTS = {
     "holdout62": holdout62,
     "holdout63": holdout63,
     "holdout64": holdout64,
+    "holdout64ref": holdout64ref,
 }
