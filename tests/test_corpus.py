@@ -303,6 +303,51 @@ def test_score_says_where_fault_runs_went_wrong():
     }
 
 
+def test_score_finds_each_runs_reference(tmp_path, monkeypatch):
+    """``score.py --reference``: ``twin`` gives a fault or benign run its healthy twin (the same
+    recipe), a healthy run none (it would be read against itself); a reference folder gives every
+    run the healthy run of its recipe with another seed, and a run whose recipe has none stops the
+    scoring with its name (no run judged against the wrong reference)."""
+    from benchmarks.corpus import score
+    from ckptscan import api
+
+    def write(root, name, recipe, fault="none", benign=None):
+        (root / name).mkdir(parents=True)
+        truth = {"recipe": recipe, "fault": fault, "benign": benign}
+        (root / name / "truth.json").write_text(json.dumps(truth))
+        return root / name
+
+    part, ref_part = tmp_path / "part", tmp_path / "ref"
+    healthy = write(part, "a-s7-healthy", "hf-llama-e25-s7-full")
+    fault = write(part, "a-s7-highlr", "hf-llama-e25-s7-full", fault="high-lr")
+    benign = write(part, "a-s7-rewarm", "hf-llama-e25-s7-full", benign="rewarm")
+    orphan = write(part, "b-s8-highlr", "plain-qwen3-e10-s8", fault="high-lr")
+    write(ref_part, "a-s57-healthy", "hf-llama-e25-s57-full")
+
+    class Stored:
+        def __init__(self, out):
+            self.timeline = Path(out).name
+
+    monkeypatch.setattr(api, "load_result", Stored)
+    twin = score.reference_finder([part], tmp_path / "out", "twin", None)
+    truth = lambda run: json.loads((run / "truth.json").read_text())  # noqa: E731
+    assert (
+        twin(fault, truth(fault)).run == str(healthy) and twin(fault, truth(fault)).timeline == healthy.name
+    )
+    assert twin(benign, truth(benign)).run == str(healthy)
+    assert twin(healthy, truth(healthy)) is None and twin(orphan, truth(orphan)) is None
+    other = score.reference_finder([part], tmp_path / "out", str(ref_part), tmp_path / "ref-out")
+    for run in (healthy, fault, benign):
+        got = other(run, truth(run))
+        assert got.run == str(ref_part / "a-s57-healthy") and got.out == str(
+            tmp_path / "ref-out" / "a-s57-healthy"
+        )
+    with pytest.raises(SystemExit, match="b-s8-highlr"):
+        other(orphan, truth(orphan))
+    with pytest.raises(SystemExit, match="reference-out"):
+        score.reference_finder([part], tmp_path / "out", str(ref_part), None)
+
+
 def test_score_tells_the_faults_that_did_harm_from_those_that_did_not():
     """``score.py``'s ``harm``: a fault run did harm where it diverged or ended more than the margin
     over its healthy twin's final loss (the same recipe, no fault, no benign event); a benign run's

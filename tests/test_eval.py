@@ -251,6 +251,41 @@ def test_stored_judging_needs_no_weights(fixture_eval, tmp_path):
     assert not empty.exists()  # nothing analysed, nothing written
 
 
+@pytest.mark.skipif(not FIXTURE_RUNS, reason="no drill fixtures")
+def test_stored_runs_judged_against_a_reference_run(fixture_eval):
+    """``reference_for``: each MoE drill judged from its stored result against the healthy MoE
+    drill (``--baseline``), the runs it gives no reference left out; the faults are found after
+    their onset with the right class, the benign run stays quiet, and the judgement says which
+    run it was read against.  Without ``stored`` it is refused (nothing would be analysed twice)."""
+    from ckptscan.api import load_result
+    from ckptscan.judge.detect import Params
+    from ckptscan.judge.verdict import Reference
+
+    out, _ = fixture_eval
+    ref = Reference(load_result(out / "healthy-moe").timeline, str(FIXTURES / "healthy-moe"))
+    moe = {"benign-moe", "combined-moe", "highlr-moe", "lowprec-moe"}
+
+    def reference_for(run, truth):
+        return ref if run.name in moe else None
+
+    rows = {
+        r["run"]: r
+        for r in evaluate.evaluate(FIXTURES, out_root=out, stored=True, reference_for=reference_for)
+    }
+    assert set(rows) == moe
+    assert all(r["class_right"] and not r["false_alarm"] for r in rows.values()), rows
+    assert all(rows[n]["detected"] for n in moe - {"benign-moe"}), rows
+    judged = evaluate.rejudge(FIXTURES / "lowprec-moe", out / "lowprec-moe", Params(), ref)
+    assert judged["detection"]["baseline"] == "reference-run"
+    assert judged["detection"]["reference_run"] == str(FIXTURES / "healthy-moe")
+    assert (
+        evaluate.rejudge(FIXTURES / "lowprec-moe", out / "lowprec-moe", Params())["detection"]["baseline"]
+        == "self"
+    )
+    with pytest.raises(ValueError, match="stored"):
+        evaluate.evaluate(FIXTURES, out_root=out, reference_for=reference_for)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not FIXTURE_RUNS, reason="no drill fixtures")
 @pytest.mark.parametrize("run", _params(FIXTURE_RUNS), ids=lambda p: p.name)

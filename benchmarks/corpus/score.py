@@ -18,8 +18,15 @@ timelines again under other detection parameters: how the documented choices wer
 ``--stored`` analyses nothing and judges every run from its stored result alone (the current
 rules, or ``--set``): a part whose checkpoint weights were deleted to save disk, logs and
 truth.json kept, can still be judged again.
+``--reference twin`` judges each fault and benign run against its healthy twin (``--baseline``: the
+run of the same recipe, the same initial weights and batches until the onset; the healthy runs
+are left out), the most favourable reference there can be; ``--reference DIR --reference-out
+ROOT`` judges every run against the healthy run of DIR trained with the same recipe and another
+seed (a reference part, ``recipes.holdout64ref``; its runs analysed under ROOT first, by this
+script), as a team would compare with an earlier run of the same configuration.  Both judge
+stored results (the runs are analysed first where they were not).
 Rows go to ``--out/eval.json`` (``eval-<settings>.json`` with ``--set``, ``eval-stored.json`` with
-``--stored`` alone).
+``--stored`` alone, ``eval-reference-twin.json`` or ``eval-reference.json`` with ``--reference``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -56,7 +64,7 @@ def _analyze(args: tuple[str, str]) -> str:
 
 
 def rows_for(
-    runs_dirs: list[Path], out: Path, jobs: int, params=None, stored: bool = False
+    runs_dirs: list[Path], out: Path, jobs: int, params=None, stored: bool = False, reference_for=None
 ) -> list[tuple[dict, dict]]:
     from ckptscan.drills import evaluate
 
@@ -73,10 +81,64 @@ def rows_for(
     pairs = []
     for d in runs_dirs:
         for row in evaluate.evaluate(
-            d, out_root=out, device="cpu", replay=False, params=params, stored=stored
+            d,
+            out_root=out,
+            device="cpu",
+            replay=False,
+            params=params,
+            stored=stored or reference_for is not None,
+            reference_for=reference_for,
         ):
             pairs.append((row, json.loads((d / row["run"] / "truth.json").read_text())))
     return pairs
+
+
+def _unseeded(recipe: str) -> str:
+    """A recipe's name without its seed (``...-e25-s6806-full`` -> ``...-e25-full``)."""
+    return re.sub(r"-s\d+(?=-|$)", "", recipe)
+
+
+def reference_finder(runs_dirs: list[Path], out: Path, reference: str, reference_out: Path | None):
+    """``evaluate``'s ``reference_for``: with ``"twin"``, a fault or benign run's healthy twin
+    (its stored result under ``out``; healthy runs get none, and are left out); otherwise
+    ``reference`` is a folder of healthy runs, analysed under ``reference_out``, and each run gets
+    the one whose recipe is its own but for the seed (none: an error)."""
+    from ckptscan.api import load_result
+    from ckptscan.drills import evaluate
+    from ckptscan.judge.verdict import Reference
+
+    def healthy_in(dirs: list[Path]) -> dict[str, Path]:
+        found = {}
+        for d in dirs:
+            for run in evaluate.find_runs(d):
+                truth = json.loads((run / "truth.json").read_text())
+                if truth["fault"] == "none" and truth.get("benign") is None:
+                    found[truth["recipe"]] = run
+        return found
+
+    if reference == "twin":
+        twins = healthy_in(runs_dirs)
+
+        def twin(run: Path, truth: dict):
+            ref = twins.get(truth["recipe"])
+            if ref is None or ref == run:
+                return None
+            return Reference(load_result(out / ref.name).timeline, str(ref), str(out / ref.name))
+
+        return twin
+    if reference_out is None:
+        raise SystemExit("--reference DIR needs --reference-out (where DIR's runs were analysed)")
+    refs = {_unseeded(k): v for k, v in healthy_in([Path(reference)]).items()}
+
+    def other_seed(run: Path, truth: dict):
+        ref = refs.get(_unseeded(truth["recipe"]))
+        if ref is None:
+            raise SystemExit(f"{run.name}: no run of its recipe under {reference}")
+        return Reference(
+            load_result(reference_out / ref.name).timeline, str(ref), str(reference_out / ref.name)
+        )
+
+    return other_seed
 
 
 def _params(settings: list[str], ap):
@@ -197,6 +259,22 @@ def harm(pairs: list[tuple[dict, dict]], margin: float = HARM) -> dict:
     return out
 
 
+def _with_twins(pairs: list[tuple[dict, dict]], runs_dirs: list[Path]) -> list[tuple[dict, dict]]:
+    """``pairs`` with the healthy runs of ``runs_dirs`` that have no row (``--reference twin``
+    judges none) added as bare rows: ``harm`` reads their final loss."""
+    from ckptscan.drills import evaluate
+
+    have = {row["run"] for row, _ in pairs}
+    out = list(pairs)
+    for d in runs_dirs:
+        for run in evaluate.find_runs(d):
+            if run.name not in have:
+                truth = json.loads((run / "truth.json").read_text())
+                if evaluate.is_fault_free(truth):
+                    out.append(({"run": run.name, "truth": "healthy"}, truth))
+    return out
+
+
 def harm_lines(pairs: list[tuple[dict, dict]], margin: float = HARM) -> list[str]:
     """``harm`` in words: the benign runs' largest departure from their twin, and detection apart
     for the fault runs that did harm and those that did not (none hidden: every fault run is in
@@ -304,19 +382,38 @@ def main(argv=None) -> int:
         "rules, or --set); for a part whose weights were deleted to save disk, its logs and "
         "truth.json kept",
     )
+    ap.add_argument(
+        "--reference",
+        metavar="twin|DIR",
+        help="judge against a reference run (--baseline): 'twin' (each fault or benign run against its "
+        "healthy twin) or a folder of healthy runs of the same recipes with other seeds",
+    )
+    ap.add_argument(
+        "--reference-out", type=Path, help="where the --reference DIR runs were analysed (score.py --out)"
+    )
     args = ap.parse_args(argv)
     from ckptscan.drills import evaluate
 
     params = _params(args.settings, ap) if args.settings else None
-    pairs = rows_for(args.runs, args.out, args.jobs, params, stored=args.stored)
+    if args.reference is not None and not args.stored:
+        rows_for(args.runs, args.out, args.jobs, params)  # the runs analysed (or found stored) first
+    finder = (
+        reference_finder(args.runs, args.out, args.reference, args.reference_out)
+        if args.reference is not None
+        else None
+    )
+    pairs = rows_for(args.runs, args.out, args.jobs, params, stored=args.stored, reference_for=finder)
     rows = [r for r, _ in pairs]
-    harmed = harm(pairs)  # the loss against the healthy twin
+    twins = _with_twins(pairs, args.runs)  # the healthy twins a reference judgement leaves out
+    harmed = harm(twins)  # the loss against the healthy twin
     for r in rows:
         h = harmed.get(r["run"]) or {"over": None, "harmed": None}
         r["loss_over_twin"], r["harmed"] = h["over"], h["harmed"]
     args.out.mkdir(parents=True, exist_ok=True)
     name = (
-        f"eval-{'-'.join(sorted(args.settings))}.json"
+        ("eval-reference-twin.json" if args.reference == "twin" else "eval-reference.json")
+        if args.reference is not None
+        else f"eval-{'-'.join(sorted(args.settings))}.json"
         if params is not None
         else "eval-stored.json"
         if args.stored
@@ -345,7 +442,7 @@ def main(argv=None) -> int:
         f"  of the {t['examined_in_window']} with a checkpoint in that window at/after the first examined step: "
         f"{t['detected_of_examined']} detected (before it only the rules read on checkpoints: jump, depth, rise, fall)"
     )
-    for line in harm_lines(pairs):
+    for line in harm_lines(twins):
         print("  " + line)
     m = misses(rows)
     for where in ("no checkpoint", "none examined", "examined", "unknown"):

@@ -232,9 +232,10 @@ def specific_log_alarm(row: dict, log_steps: list[int], twin_steps: list[list[in
     return row
 
 
-def rejudge(run: Path, out_dir: Path, params) -> dict:
+def rejudge(run: Path, out_dir: Path, params, reference=None) -> dict:
     """A stored result's summary with its judgement made again under detection ``params``
-    (``detect.Params``) from the stored timeline: nothing is recomputed from the checkpoints."""
+    (``detect.Params``) from the stored timeline: nothing is recomputed from the checkpoints.
+    ``reference`` (``verdict.Reference``): judge against that healthy run, as ``--baseline`` does."""
     from ckptscan.api import load_result
     from ckptscan.judge.verdict import judge
 
@@ -249,6 +250,7 @@ def rejudge(run: Path, out_dir: Path, params) -> dict:
             found,
             log_file=log.get("path"),
             params=params,
+            reference=reference,
             log_step_offset=log.get("step_offset") or 0,
         ),
     }
@@ -262,6 +264,7 @@ def evaluate(
     params=None,
     config=None,
     stored=False,
+    reference_for=None,
     **options,
 ) -> list[dict]:
     """Analyse every drill run under ``runs_dir``; one row per run (see ``score_run``).
@@ -274,11 +277,15 @@ def evaluate(
     judged from its stored result under ``out_root`` (with ``params``, or the defaults), so a corpus
     whose weights were deleted to save disk (its logs and ``truth.json`` kept) can still be judged
     again; a run with no stored result is an error row.  ``config`` (``AnalysisConfig``), or its
-    fields as ``options``, is how each run is analysed."""
+    fields as ``options``, is how each run is analysed.  ``reference_for(run, truth)``, with
+    ``stored``: the ``verdict.Reference`` each run is judged against (``--baseline``), or None to
+    leave the run out (no row)."""
     from ckptscan.api import analyze
     from ckptscan.judge import logs
     from ckptscan.judge.detect import Params
 
+    if reference_for is not None and not stored:
+        raise ValueError("runs are judged against a reference from their stored results only (stored=True)")
     runs = find_runs(Path(runs_dir))
     root = Path(out_root) if out_root is not None else Path.cwd() / "ckptscan-out" / "eval"
     twins: dict[str, list[list[int]]] = {}
@@ -290,9 +297,12 @@ def evaluate(
     for i, run in enumerate(runs):
         t0 = time.monotonic()
         truth = json.loads((run / "truth.json").read_text())
+        reference = reference_for(run, truth) if reference_for is not None else None
+        if reference_for is not None and reference is None:
+            continue
         try:
             if stored:
-                summary = rejudge(run, root / run.name, params if params is not None else Params())
+                summary = rejudge(run, root / run.name, params if params is not None else Params(), reference)
             else:
                 summary = analyze(run, config, out_dir=root / run.name, **options).summary
                 if params is not None:
