@@ -26,7 +26,8 @@ seed (a reference part, ``recipes.holdout64ref``; its runs analysed under ROOT f
 script), as a team would compare with an earlier run of the same configuration.  Both judge
 stored results (the runs are analysed first where they were not).
 Rows go to ``--out/eval.json`` (``eval-<settings>.json`` with ``--set``, ``eval-stored.json`` with
-``--stored`` alone, ``eval-reference-twin.json`` or ``eval-reference.json`` with ``--reference``).
+``--stored`` alone, ``eval-reference-twin.json`` or ``eval-reference.json`` with ``--reference``,
+followed by the settings).
 """
 
 from __future__ import annotations
@@ -410,10 +411,11 @@ def main(argv=None) -> int:
         h = harmed.get(r["run"]) or {"over": None, "harmed": None}
         r["loss_over_twin"], r["harmed"] = h["over"], h["harmed"]
     args.out.mkdir(parents=True, exist_ok=True)
+    settings = f"-{'-'.join(sorted(args.settings))}" if args.settings else ""
     name = (
-        ("eval-reference-twin.json" if args.reference == "twin" else "eval-reference.json")
+        f"eval-reference{'-twin' if args.reference == 'twin' else ''}{settings}.json"
         if args.reference is not None
-        else f"eval-{'-'.join(sorted(args.settings))}.json"
+        else f"eval{settings}.json"
         if params is not None
         else "eval-stored.json"
         if args.stored
