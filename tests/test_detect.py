@@ -3607,3 +3607,28 @@ def test_a_layer_settles_again_only_while_another_still_rises():
     asleep[1, 1] = True
     out, again = starts(up, dozed)
     assert list(out) == [10, 5] and list(again) == [10, 11]  # peak 1.0 at 40, x2.5 at 70, age bound 100
+
+
+def test_shared_until_reads_how_long_a_reference_run_held_the_runs_weights():
+    """``shared_until``: a twin or a branch agrees with its reference at every monitor up to the
+    step where it left it (NaNs where both are undefined count as agreeing, a step the reference
+    lacks is passed over); a run of another seed differs from its first common step (None), and
+    the last shared step is the one before a monitor the reference lacks the value of."""
+    rng = np.random.default_rng(0)
+    steps = [100, 200, 300, 400, 500]
+    ent = rng.uniform(0.5, 0.9, size=(5, 2, 4))
+    upd = rng.uniform(0.1, 1.0, size=(5, 2, 4))
+    upd[0] = np.nan  # no update ratio at the first checkpoint, in both runs
+    ref = Timeline.from_arrays(steps, {"attn.D2.entropy1": ent, "attn.q.update_ratio": upd})
+    branch_ent, branch_upd = ent.copy(), upd.copy()
+    branch_upd[3:] *= 3.0  # an LR raised before the save at 400
+    branch = Timeline.from_arrays(steps, {"attn.D2.entropy1": branch_ent, "attn.q.update_ratio": branch_upd})
+    assert detect.shared_until(branch, ref) == 300
+    assert detect.shared_until(ref, ref) == 500
+    other = Timeline.from_arrays(steps, {"attn.D2.entropy1": ent + 0.01, "attn.q.update_ratio": upd})
+    assert detect.shared_until(other, ref) is None
+    sparse = Timeline.from_arrays([100, 300, 500], {"attn.D2.entropy1": ent[[0, 2, 4]]})
+    assert detect.shared_until(branch, sparse) == 500  # the entropies alone agree at every common step
+    gap = upd.copy()
+    gap[2, 0, 0] = np.nan  # a value the reference has and the run does not
+    assert detect.shared_until(Timeline.from_arrays(steps, {"attn.q.update_ratio": gap}), ref) == 200

@@ -256,7 +256,8 @@ def test_stored_runs_judged_against_a_reference_run(fixture_eval):
     """``reference_for``: each MoE drill judged from its stored result against the healthy MoE
     drill (``--baseline``), the runs it gives no reference left out; the faults are found after
     their onset with the right class, the benign run stays quiet, and the judgement says which
-    run it was read against.  Without ``stored`` it is refused (nothing would be analysed twice)."""
+    run it was read against and until which step that run held the same weights.  Without
+    ``stored`` it is refused (nothing would be analysed twice)."""
     from ckptscan.api import load_result
     from ckptscan.judge.detect import Params
     from ckptscan.judge.verdict import Reference
@@ -278,6 +279,10 @@ def test_stored_runs_judged_against_a_reference_run(fixture_eval):
     judged = evaluate.rejudge(FIXTURES / "lowprec-moe", out / "lowprec-moe", Params(), ref)
     assert judged["detection"]["baseline"] == "reference-run"
     assert judged["detection"]["reference_run"] == str(FIXTURES / "healthy-moe")
+    # the twin held the same weights until the save before its onset (400); the warm-up cut left it at once
+    assert judged["detection"]["reference_shared_until"] == 300
+    cut = evaluate.rejudge(FIXTURES / "benign-moe", out / "benign-moe", Params(), ref)
+    assert cut["detection"]["reference_shared_until"] is None
     assert (
         evaluate.rejudge(FIXTURES / "lowprec-moe", out / "lowprec-moe", Params())["detection"]["baseline"]
         == "self"

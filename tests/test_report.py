@@ -23,6 +23,7 @@ from ckptscan.cli import main
 from ckptscan.discover.checkpoints import Skipped
 from ckptscan.judge import detect
 from ckptscan.judge.classify import confidence
+from ckptscan.judge.verdict import REFERENCE_BASELINE
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
 from ckptscan.report.html import build_payload, render_html, to_json, write_html
@@ -1005,8 +1006,32 @@ def test_the_evidence_tables_say_what_a_score_is():
     assert "score: a robust z (standard deviations" in " ".join(render_terminal(res, width=100).split())
     assert "score: a robust z (standard deviations" in render_html(res)
     assert "own recent baseline" in render_html(res)
-    res.summary["detection"] = {"baseline": "reference"}
+    res.summary["detection"] = {"baseline": REFERENCE_BASELINE}  # what the judgement writes
     assert "from the reference run at the same step" in " ".join(render_terminal(res, width=100).split())
+
+
+def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share():
+    """With ``--baseline`` the terminal and HTML reports name the reference run and say until which
+    step it held this run's weights; a reference that shares none (another seed) is flagged, since
+    that reading was found to cry wolf; a run judged against itself says nothing of a baseline."""
+    res = make_result()
+    assert "baseline:" not in render_terminal(res, width=400) and data.reference_text(res.summary) is None
+    res.summary["detection"] = {
+        "baseline": REFERENCE_BASELINE,
+        "reference_run": "/runs/healthy",
+        "reference_shared_until": 300,
+    }
+    text = " ".join(render_terminal(res, width=400).split())
+    assert (
+        "baseline: judged against the reference run /runs/healthy (--baseline), which held this run's weights "
+        "until step 300" in text
+    )
+    assert "which held this run&#x27;s weights until step 300" in render_html(res)
+    res.summary["detection"]["reference_shared_until"] = None
+    text = " ".join(render_terminal(res, width=400).split())
+    assert "shares none of this run's history" in text and "read the verdict without --baseline too" in text
+    del res.summary["detection"]["reference_shared_until"]  # a summary written before the field
+    assert data.reference_text(res.summary) == "judged against the reference run /runs/healthy (--baseline)"
 
 
 def test_alarms_set_aside_are_shown_on_an_anomalous_run_too():

@@ -530,6 +530,41 @@ def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
     return out
 
 
+SHARED_RTOL = 1e-5  # monitors of two runs with the same weights agree to rounding
+
+
+def shared_until(timeline, ref_timeline) -> int | None:
+    """The last step up to which a run and its reference run (``--baseline``) hold the same
+    weights, as far as the monitors tell: at every common step from the first on, every monitor
+    both computed agrees within ``SHARED_RTOL`` (a branch resumed from the reference's checkpoint,
+    or a twin trained with the same weights and batches).  None where they differ at their first
+    common step (another seed or other batches: two such runs' heads take their own courses), or
+    share no step with a value to compare."""
+    idx = {int(st): i for i, st in enumerate(ref_timeline.steps)}
+    names = [n for n in timeline.names() if n in ref_timeline]
+    mine = {n: timeline.get(n) for n in names}
+    theirs = {n: ref_timeline.get(n) for n in names}
+    last = None
+    for j, st in enumerate(timeline.steps):
+        i = idx.get(int(st))
+        if i is None:
+            continue
+        compared = False
+        for n in names:
+            a, b = np.asarray(mine[n][j], dtype=np.float64), np.asarray(theirs[n][i], dtype=np.float64)
+            if a.shape != b.shape:
+                return last
+            both = np.isfinite(a) & np.isfinite(b)
+            if (np.isfinite(a) != np.isfinite(b)).any() or not np.allclose(
+                a[both], b[both], rtol=SHARED_RTOL, atol=0
+            ):
+                return last
+            compared |= bool(both.any())
+        if compared:
+            last = int(st)
+    return last
+
+
 class _Column(NamedTuple):
     det: Detector
     name: str

@@ -21,6 +21,9 @@ def _layers(timeline) -> int:
     return max((timeline.get(n).shape[1] for n in timeline.names()), default=0)
 
 
+REFERENCE_BASELINE = "reference-run"  # ``detection.baseline`` of a run judged against a reference run
+
+
 @dataclass(frozen=True)
 class Reference:
     """A healthy reference run's timeline (``--baseline``), analysed by the caller
@@ -127,9 +130,13 @@ def judge(
         "alarms": detect.first_alarms_by_monitor(alarms),
         "log": log,
         "detection": {
-            "baseline": "reference-run" if reference is not None else "self",
+            "baseline": REFERENCE_BASELINE if reference is not None else "self",
             "coverage": coverage,
             "reference_run": reference.run if reference is not None else None,
+            # the last step at which the reference still held this run's weights (None: none)
+            "reference_shared_until": (
+                detect.shared_until(timeline, reference.timeline) if reference is not None else None
+            ),
             "reference_out": reference.out if reference is not None else None,
             **vars(params),
         },

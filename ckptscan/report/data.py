@@ -15,6 +15,7 @@ import numpy as np
 
 from ckptscan.judge.classify import LOSS_DIVERGED, examined_before
 from ckptscan.judge.logs import MAX_LISTED_ALARMS
+from ckptscan.judge.verdict import REFERENCE_BASELINE
 from ckptscan.layouts.config import as_int
 from ckptscan.monitors import names as series_names
 
@@ -217,6 +218,31 @@ def examined_text(summary: dict) -> str | None:
     return f"examined from step {first}{when}{gap}"
 
 
+def reference_text(summary: dict) -> str | None:
+    """Against which run the verdict was read, where a reference run was given (``--baseline``),
+    and how much of this run's history it shares (``detection.reference_shared_until``): a
+    reference that shares none (another seed, other batches) is a reading the corpus found to
+    cry wolf, so it says so.  None for a run judged against its own history."""
+    d = detection(summary)
+    if d.get("baseline") != REFERENCE_BASELINE:
+        return None
+    run = d.get("reference_run") or "?"
+    if "reference_shared_until" not in d:  # a summary from before the field: nothing to say of it
+        return f"judged against the reference run {run} (--baseline)"
+    until = d.get("reference_shared_until")
+    if until is not None:
+        return (
+            f"judged against the reference run {run} (--baseline), which held this run's weights "
+            f"until step {until}"
+        )
+    return (
+        f"judged against the reference run {run} (--baseline), which shares none of this run's history "
+        "(other initial weights or batches): two such runs' heads take their own courses, and on the "
+        "project's corpus this reading raised false alarms that the run's own history did not "
+        '(docs/detection.md, "Against a reference run"); read the verdict without --baseline too'
+    )
+
+
 def points_text(summary: dict) -> str:
     """Where the timeline's points came from: checkpoints read by ``ckptscan analyze``, or the
     in-loop monitor (``ckptscan.callbacks``; ``checkpoints.source`` in summary.json)."""
@@ -328,7 +354,7 @@ def score_note(summary: dict) -> str:
     """What the evidence tables' score column holds (one unit for most rows; the others say theirs):
     a z against the series' own recent baseline, or, judged against a reference run
     (``--baseline``), against that run at the same step."""
-    if detection(summary).get("baseline") == "reference":
+    if detection(summary).get("baseline") == REFERENCE_BASELINE:
         against = "the reference run at the same step, its step-to-step spread"
     else:
         against = "the series' own recent baseline, median/MAD"

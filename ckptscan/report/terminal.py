@@ -63,6 +63,9 @@ def print_result(result, console, quiet: bool = False) -> None:
     aside = data.set_aside_note(s)
     if aside:
         console.print(f"set aside: {escape(aside)}")
+    against = data.reference_text(s)
+    if against:
+        console.print(f"baseline: {escape(against)}")
     ck = s.get("checkpoints") or {}
     skipped = ck.get("skipped") or []
     console.print(
