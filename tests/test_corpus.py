@@ -136,7 +136,8 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
         "holdout62",
         "holdout63",
         "holdout64",
-    ):  # the narrow 2-layer models
+        "holdout65",
+    ):  # narrow, 2 layers
         narrow = recipes.PARTS[name]()
         assert all(s.layers == 2 and "-L" not in s.recipe and "-H" not in s.recipe for s in narrow), name
         assert {(s.heads, s.kv_heads, s.head_dim) for s in narrow} == {(4, 2, 16)}, name
@@ -306,14 +307,16 @@ def test_score_says_where_fault_runs_went_wrong():
 def test_score_finds_each_runs_reference(tmp_path, monkeypatch):
     """``score.py --reference``: ``twin`` gives a fault or benign run its healthy twin (the same
     recipe), a healthy run none (it would be read against itself); a reference folder gives every
-    run the healthy run of its recipe with another seed, and a run whose recipe has none stops the
-    scoring with its name (no run judged against the wrong reference)."""
+    run the healthy run of its recipe with another seed, and a run whose recipe has none, or whose
+    reference has its own seed, or a folder with two healthy runs of one recipe, stops the scoring
+    with its name (no run judged against the wrong reference)."""
     from benchmarks.corpus import score
     from ckptscan import api
 
     def write(root, name, recipe, fault="none", benign=None):
         (root / name).mkdir(parents=True)
-        truth = {"recipe": recipe, "fault": fault, "benign": benign}
+        seed = int(recipe.split("-s")[1].split("-")[0])
+        truth = {"recipe": recipe, "fault": fault, "benign": benign, "seed": seed}
         (root / name / "truth.json").write_text(json.dumps(truth))
         return root / name
 
@@ -344,6 +347,12 @@ def test_score_finds_each_runs_reference(tmp_path, monkeypatch):
         )
     with pytest.raises(SystemExit, match="b-s8-highlr"):
         other(orphan, truth(orphan))
+    itself = score.reference_finder([part], tmp_path / "out", str(part), tmp_path / "out")
+    with pytest.raises(SystemExit, match="has its seed"):  # the part given as its own reference
+        itself(fault, truth(fault))
+    with pytest.raises(SystemExit, match="a second healthy run"):
+        write(ref_part, "a-s58-healthy", "hf-llama-e25-s58-full")
+        score.reference_finder([part], tmp_path / "out", str(ref_part), tmp_path / "ref-out")
     with pytest.raises(SystemExit, match="reference-out"):
         score.reference_finder([part], tmp_path / "out", str(ref_part), None)
 

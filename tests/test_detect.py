@@ -3610,25 +3610,35 @@ def test_a_layer_settles_again_only_while_another_still_rises():
 
 
 def test_shared_until_reads_how_long_a_reference_run_held_the_runs_weights():
-    """``shared_until``: a twin or a branch agrees with its reference at every monitor up to the
-    step where it left it (NaNs where both are undefined count as agreeing, a step the reference
-    lacks is passed over); a run of another seed differs from its first common step (None), and
-    the last shared step is the one before a monitor the reference lacks the value of."""
+    """``shared_until`` reads the series computed from one checkpoint's weights alone: a twin agrees
+    with its reference up to the save before its change; a branch whose folder starts at its fork
+    agrees there although its update ratios are undefined at that first checkpoint (they need the
+    previous one); a run of another seed, a run with no step or no such series in common, and a
+    value that turned infinite in one run only read None or stop the sharing."""
     rng = np.random.default_rng(0)
     steps = [100, 200, 300, 400, 500]
     ent = rng.uniform(0.5, 0.9, size=(5, 2, 4))
     upd = rng.uniform(0.1, 1.0, size=(5, 2, 4))
-    upd[0] = np.nan  # no update ratio at the first checkpoint, in both runs
-    ref = Timeline.from_arrays(steps, {"attn.D2.entropy1": ent, "attn.q.update_ratio": upd})
-    branch_ent, branch_upd = ent.copy(), upd.copy()
-    branch_upd[3:] *= 3.0  # an LR raised before the save at 400
-    branch = Timeline.from_arrays(steps, {"attn.D2.entropy1": branch_ent, "attn.q.update_ratio": branch_upd})
+    upd[0] = np.nan  # no update ratio at a run's first checkpoint
+    ref = Timeline.from_arrays(steps, {"attn.M.entropy1": ent, "attn.q.update_ratio": upd})
+    changed = ent.copy()
+    changed[3:] += 0.01  # an LR raised before the save at 400
+    twin = Timeline.from_arrays(steps, {"attn.M.entropy1": changed, "attn.q.update_ratio": upd})
+    assert detect.shared_until(twin, ref) == 300
+    assert detect.shared_until(ref, ref) == 500  # identical through the last step
+    fork_upd = upd[2:].copy()
+    fork_upd[0] = np.nan  # the branch's first checkpoint (the fork) has no update ratio of its own
+    branch = Timeline.from_arrays(
+        steps[2:], {"attn.M.entropy1": changed[2:], "attn.q.update_ratio": fork_upd}
+    )
     assert detect.shared_until(branch, ref) == 300
-    assert detect.shared_until(ref, ref) == 500
-    other = Timeline.from_arrays(steps, {"attn.D2.entropy1": ent + 0.01, "attn.q.update_ratio": upd})
+    other = Timeline.from_arrays(steps, {"attn.M.entropy1": ent * 1.001, "attn.q.update_ratio": upd})
     assert detect.shared_until(other, ref) is None
-    sparse = Timeline.from_arrays([100, 300, 500], {"attn.D2.entropy1": ent[[0, 2, 4]]})
-    assert detect.shared_until(branch, sparse) == 500  # the entropies alone agree at every common step
-    gap = upd.copy()
-    gap[2, 0, 0] = np.nan  # a value the reference has and the run does not
-    assert detect.shared_until(Timeline.from_arrays(steps, {"attn.q.update_ratio": gap}), ref) == 200
+    assert detect.shared_until(Timeline.from_arrays([600, 700], {"attn.M.entropy1": ent[:2]}), ref) is None
+    only_pairs = Timeline.from_arrays(steps, {"attn.q.update_ratio": upd})
+    assert detect.shared_until(only_pairs, ref) is None  # nothing that one checkpoint's weights decide
+    blown = ent.copy()
+    blown[1, 0, 0] = np.inf
+    assert detect.shared_until(Timeline.from_arrays(steps, {"attn.M.entropy1": blown}), ref) == 100
+    wider = Timeline.from_arrays(steps, {"attn.M.entropy1": np.concatenate([ent, ent], axis=2)})
+    assert detect.shared_until(wider, ref) is None  # another head count: another model

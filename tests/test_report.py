@@ -1008,6 +1008,7 @@ def test_the_evidence_tables_say_what_a_score_is():
     assert "own recent baseline" in render_html(res)
     res.summary["detection"] = {"baseline": REFERENCE_BASELINE}  # what the judgement writes
     assert "from the reference run at the same step" in " ".join(render_terminal(res, width=100).split())
+    assert "from the reference run at the same step" in render_html(res)
 
 
 def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share():
@@ -1022,14 +1023,14 @@ def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share
         "reference_shared_until": 300,
     }
     text = " ".join(render_terminal(res, width=400).split())
-    assert (
-        "baseline: judged against the reference run /runs/healthy (--baseline), which held this run's weights "
-        "until step 300" in text
-    )
-    assert "which held this run&#x27;s weights until step 300" in render_html(res)
+    said = "judged against the reference run /runs/healthy (--baseline)"
+    assert f"baseline: {said}; their weights matched at every common checkpoint up to step 300" in text
+    assert "matched at every common checkpoint up to step 300" in render_html(res)
     res.summary["detection"]["reference_shared_until"] = None
     text = " ".join(render_terminal(res, width=400).split())
-    assert "shares none of this run's history" in text and "read the verdict without --baseline too" in text
+    assert "matched this run's at none of their common checkpoints" in text
+    assert "read the verdict without --baseline too" in text
+    assert "<p>baseline: " in render_html(res)  # not fine print
     del res.summary["detection"]["reference_shared_until"]  # a summary written before the field
     assert data.reference_text(res.summary) == "judged against the reference run /runs/healthy (--baseline)"
 

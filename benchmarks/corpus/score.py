@@ -26,8 +26,8 @@ seed (a reference part, ``recipes.holdout64ref``; its runs analysed under ROOT f
 script), as a team would compare with an earlier run of the same configuration.  Both judge
 stored results (the runs are analysed first where they were not).
 Rows go to ``--out/eval.json`` (``eval-<settings>.json`` with ``--set``, ``eval-stored.json`` with
-``--stored`` alone, ``eval-reference-twin.json`` or ``eval-reference.json`` with ``--reference``,
-followed by the settings).
+``--stored`` alone, ``eval-reference-twin.json`` or ``eval-reference-<DIR's name>.json`` with
+``--reference``, followed by the settings).
 """
 
 from __future__ import annotations
@@ -94,6 +94,11 @@ def rows_for(
     return pairs
 
 
+def _not_healthy(truth: dict) -> bool:
+    """A fault run or a benign run (each has a healthy twin in a corpus part)."""
+    return truth["fault"] != "none" or truth.get("benign") is not None
+
+
 def _unseeded(recipe: str) -> str:
     """A recipe's name without its seed (``...-e25-s6806-full`` -> ``...-e25-full``)."""
     return re.sub(r"-s\d+(?=-|$)", "", recipe)
@@ -108,20 +113,22 @@ def reference_finder(runs_dirs: list[Path], out: Path, reference: str, reference
     from ckptscan.drills import evaluate
     from ckptscan.judge.verdict import Reference
 
-    def healthy_in(dirs: list[Path]) -> dict[str, Path]:
-        found = {}
+    def healthy_in(dirs: list[Path]) -> dict[str, tuple[Path, dict]]:
+        found: dict[str, tuple[Path, dict]] = {}
         for d in dirs:
             for run in evaluate.find_runs(d):
                 truth = json.loads((run / "truth.json").read_text())
-                if truth["fault"] == "none" and truth.get("benign") is None:
-                    found[truth["recipe"]] = run
+                if not _not_healthy(truth):
+                    if truth["recipe"] in found:
+                        raise SystemExit(f"{run}: a second healthy run of recipe {truth['recipe']}")
+                    found[truth["recipe"]] = (run, truth)
         return found
 
     if reference == "twin":
         twins = healthy_in(runs_dirs)
 
         def twin(run: Path, truth: dict):
-            ref = twins.get(truth["recipe"])
+            ref = twins.get(truth["recipe"], (None, None))[0]
             if ref is None or ref == run:
                 return None
             return Reference(load_result(out / ref.name).timeline, str(ref), str(out / ref.name))
@@ -129,12 +136,18 @@ def reference_finder(runs_dirs: list[Path], out: Path, reference: str, reference
         return twin
     if reference_out is None:
         raise SystemExit("--reference DIR needs --reference-out (where DIR's runs were analysed)")
-    refs = {_unseeded(k): v for k, v in healthy_in([Path(reference)]).items()}
+    refs: dict[str, tuple[Path, dict]] = {}
+    for k, v in healthy_in([Path(reference)]).items():
+        if _unseeded(k) in refs:
+            raise SystemExit(f"{v[0]}: a second healthy run of recipe {_unseeded(k)} under {reference}")
+        refs[_unseeded(k)] = v
 
     def other_seed(run: Path, truth: dict):
-        ref = refs.get(_unseeded(truth["recipe"]))
+        ref, ref_truth = refs.get(_unseeded(truth["recipe"]), (None, None))
         if ref is None:
             raise SystemExit(f"{run.name}: no run of its recipe under {reference}")
+        if ref_truth["seed"] == truth["seed"]:
+            raise SystemExit(f"{run.name}: {ref} has its seed: not a run of another seed (--reference twin?)")
         return Reference(
             load_result(reference_out / ref.name).timeline, str(ref), str(reference_out / ref.name)
         )
@@ -405,6 +418,16 @@ def main(argv=None) -> int:
     )
     pairs = rows_for(args.runs, args.out, args.jobs, params, stored=args.stored, reference_for=finder)
     rows = [r for r, _ in pairs]
+    if args.reference == "twin":  # a fault or benign run whose recipe has no healthy run gets no row
+        judged = {r["run"] for r in rows}
+        left = sorted(
+            run.name
+            for d in args.runs
+            for run in evaluate.find_runs(d)
+            if run.name not in judged and _not_healthy(json.loads((run / "truth.json").read_text()))
+        )
+        if left:
+            print(f"left out, no healthy twin: {len(left)} run(s): {', '.join(left)}", file=sys.stderr)
     twins = _with_twins(pairs, args.runs)  # the healthy twins a reference judgement leaves out
     harmed = harm(twins)  # the loss against the healthy twin
     for r in rows:
@@ -413,7 +436,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     settings = f"-{'-'.join(sorted(args.settings))}" if args.settings else ""
     name = (
-        f"eval-reference{'-twin' if args.reference == 'twin' else ''}{settings}.json"
+        f"eval-reference-{'twin' if args.reference == 'twin' else Path(args.reference).name}{settings}.json"
         if args.reference is not None
         else f"eval{settings}.json"
         if params is not None

@@ -297,10 +297,10 @@ def evaluate(
     for i, run in enumerate(runs):
         t0 = time.monotonic()
         truth = json.loads((run / "truth.json").read_text())
-        reference = reference_for(run, truth) if reference_for is not None else None
-        if reference_for is not None and reference is None:
-            continue
         try:
+            reference = reference_for(run, truth) if reference_for is not None else None
+            if reference_for is not None and reference is None:
+                continue
             if stored:
                 summary = rejudge(run, root / run.name, params if params is not None else Params(), reference)
             else:

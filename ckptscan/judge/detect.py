@@ -530,37 +530,43 @@ def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
     return out
 
 
-SHARED_RTOL = 1e-5  # monitors of two runs with the same weights agree to rounding
+SHARED_RTOL = 1e-5  # monitors of two runs on the same weights agree to rounding (where training is
+#                     bit-reproducible: nondeterministic GPU kernels drift further apart)
+
+
+def _weights_alone(name: str) -> bool:
+    """A series computed from one checkpoint's weights alone: not from the previous checkpoint too
+    (an update ratio, an increment's entropy: two runs saved at other steps differ there), nor from
+    a replay batch's activations."""
+    try:
+        spec = monitor_spec(name)
+    except KeyError:
+        return False
+    return spec.kind == "single" and not spec.family.startswith("act_")
 
 
 def shared_until(timeline, ref_timeline) -> int | None:
-    """The last step up to which a run and its reference run (``--baseline``) hold the same
-    weights, as far as the monitors tell: at every common step from the first on, every monitor
-    both computed agrees within ``SHARED_RTOL`` (a branch resumed from the reference's checkpoint,
-    or a twin trained with the same weights and batches).  None where they differ at their first
-    common step (another seed or other batches: two such runs' heads take their own courses), or
-    share no step with a value to compare."""
-    idx = {int(st): i for i, st in enumerate(ref_timeline.steps)}
-    names = [n for n in timeline.names() if n in ref_timeline]
-    mine = {n: timeline.get(n) for n in names}
-    theirs = {n: ref_timeline.get(n) for n in names}
+    """The last common step up to which a run and its reference run (``--baseline``) held the same
+    weights, as far as the monitors tell: at every common step from the first on, every series both
+    computed from one checkpoint's weights (``_weights_alone``) agrees within ``SHARED_RTOL``, NaN
+    and infinities included (a twin trained on the same weights and batches until its fault; a
+    branch whose folder also holds the checkpoints before its fork).  None where they differ at
+    their first common step (another seed, other batches, training that is not bit-reproducible, a
+    branch whose folder holds only the checkpoints after its fork), or share no step or such
+    series to compare."""
+    names = [n for n in timeline.names() if n in ref_timeline and _weights_alone(n)]
+    theirs = {n: _align(ref_timeline, np.asarray(timeline.steps), n) for n in names}
+    common = {int(st) for st in ref_timeline.steps}
     last = None
     for j, st in enumerate(timeline.steps):
-        i = idx.get(int(st))
-        if i is None:
+        if int(st) not in common:
             continue
-        compared = False
         for n in names:
-            a, b = np.asarray(mine[n][j], dtype=np.float64), np.asarray(theirs[n][i], dtype=np.float64)
-            if a.shape != b.shape:
+            a = np.asarray(timeline.get(n)[j], dtype=np.float64)
+            b = cast(np.ndarray, theirs[n])[j]
+            if a.shape != b.shape or not np.allclose(a, b, rtol=SHARED_RTOL, atol=0, equal_nan=True):
                 return last
-            both = np.isfinite(a) & np.isfinite(b)
-            if (np.isfinite(a) != np.isfinite(b)).any() or not np.allclose(
-                a[both], b[both], rtol=SHARED_RTOL, atol=0
-            ):
-                return last
-            compared |= bool(both.any())
-        if compared:
+        if names:
             last = int(st)
     return last
 

@@ -220,26 +220,25 @@ def examined_text(summary: dict) -> str | None:
 
 def reference_text(summary: dict) -> str | None:
     """Against which run the verdict was read, where a reference run was given (``--baseline``),
-    and how much of this run's history it shares (``detection.reference_shared_until``): a
-    reference that shares none (another seed, other batches) is a reading the corpus found to
-    cry wolf, so it says so.  None for a run judged against its own history."""
+    and up to which common checkpoint the two runs' weights matched
+    (``detection.reference_shared_until``): a reference that matched at none (another seed, other
+    batches) is a reading the corpus found to cry wolf, so it says so.  None for a run judged
+    against its own history."""
     d = detection(summary)
     if d.get("baseline") != REFERENCE_BASELINE:
         return None
     run = d.get("reference_run") or "?"
+    said = f"judged against the reference run {run} (--baseline)"
     if "reference_shared_until" not in d:  # a summary from before the field: nothing to say of it
-        return f"judged against the reference run {run} (--baseline)"
+        return said
     until = d.get("reference_shared_until")
     if until is not None:
-        return (
-            f"judged against the reference run {run} (--baseline), which held this run's weights "
-            f"until step {until}"
-        )
+        return f"{said}; their weights matched at every common checkpoint up to step {until}"
     return (
-        f"judged against the reference run {run} (--baseline), which shares none of this run's history "
-        "(other initial weights or batches): two such runs' heads take their own courses, and on the "
-        "project's corpus this reading raised false alarms that the run's own history did not "
-        '(docs/detection.md, "Against a reference run"); read the verdict without --baseline too'
+        f"{said}, whose weights matched this run's at none of their common checkpoints: a run of another "
+        "seed or other batches, training that is not bit-reproducible, or a branch saved only after its "
+        "fork. Against a run of another seed this reading raised false alarms the run's own history did "
+        'not (docs/detection.md, "Against a reference run"): read the verdict without --baseline too'
     )
 
 
@@ -355,7 +354,10 @@ def score_note(summary: dict) -> str:
     a z against the series' own recent baseline, or, judged against a reference run
     (``--baseline``), against that run at the same step."""
     if detection(summary).get("baseline") == REFERENCE_BASELINE:
-        against = "the reference run at the same step, its step-to-step spread"
+        against = (
+            "the reference run at the same step, its step-to-step spread (a series the reference "
+            "lacks: its own recent baseline)"
+        )
     else:
         against = "the series' own recent baseline, median/MAD"
     return (
