@@ -25,6 +25,7 @@ from ckptscan.errors import (
     EXIT_HEALTHY,
     EXIT_INCONCLUSIVE,
     EXIT_INPUT,
+    CkptscanError,
     InputError,
     UsageError,
     describe,
@@ -154,6 +155,8 @@ def analyze(
             run_dir,
         )
     cfg = config
+    if cfg.baseline is not None and Path(cfg.baseline).resolve() == run_dir.resolve():
+        raise UsageError("--baseline is the run itself: give a healthy run to compare it with", cfg.baseline)
     selection = cfg.selection
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir, selection)
     evidence = [run_dir, cfg.baseline]
@@ -288,7 +291,6 @@ def _analyze_url(url: str, cfg: AnalysisConfig, *, out_dir: str | Path | None, *
     """A run at a URL (``s3://bucket/run``, any fsspec URL): its tree mirrored inside the (local)
     output folder, weights as empty placeholders read at their URL with ranged reads
     (``readers/remote.py``), then analysed as a local run; what is shown names the URL (redacted)."""
-    from ckptscan.errors import CkptscanError
     from ckptscan.readers import remote
 
     shown = remote.redact(url)
@@ -345,7 +347,10 @@ def _reference(cfg: AnalysisConfig, out: Path) -> Reference:
     if baseline is None:  # callers ask for a reference only when a baseline run was given
         raise ValueError("no baseline run in this configuration")
     cache = baseline_out_dir(out, baseline)
-    res = analyze(baseline, cfg.for_reference(), out_dir=cache)
+    try:
+        res = analyze(baseline, cfg.for_reference(), out_dir=cache)
+    except CkptscanError as e:  # say which of the two runs it was
+        raise type(e)(f"--baseline run: {e.message}", e.path if e.path is not None else baseline) from e
     return Reference(res.timeline, str(baseline), str(cache))
 
 

@@ -351,3 +351,17 @@ def test_the_scores_alarms_were_raised_on_are_stored_and_the_baseline_stays_insi
     )
     assert (tmp_path / "b" / "baseline" / "healthy-moe" / "summary.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_a_baseline_that_is_the_run_or_no_run_is_refused_by_name(tmp_path):
+    """``--baseline`` naming the run itself is a usage error (exit 2: a run read against itself would
+    show a perfect match); a baseline that cannot be analysed names itself as the --baseline run, so
+    a reader knows which of the two folders is wrong (exit 3)."""
+    run = os.path.join(FIXTURE_DRILLS, "lowprec-moe")
+    with pytest.raises(UsageError, match="--baseline is the run itself"):
+        analyze(run, out_dir=tmp_path / "a", baseline=run + os.sep)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = CliRunner().invoke(main, ["analyze", run, "--baseline", str(empty), "-o", str(tmp_path / "b"), "-q"])
+    assert r.exit_code == 3, r.output
+    assert f"{empty}: --baseline run: no checkpoints found" in " ".join(r.output.split())

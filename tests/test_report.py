@@ -1031,6 +1031,11 @@ def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share
     assert "matched this run's at none of their common checkpoints" in text
     assert "read the verdict without --baseline too" in text
     assert "<p>baseline: " in render_html(res)  # not fine print
+    assert data.outcome(res.summary).text.endswith(
+        "; read against a --baseline run whose weights matched at no checkpoint"
+    )
+    res.summary["detection"]["reference_shared_until"] = 300
+    assert "--baseline" not in data.outcome(res.summary).text  # the headline, -q and JUnit carry it only then
     del res.summary["detection"]["reference_shared_until"]  # a summary written before the field
     assert data.reference_text(res.summary) == "judged against the reference run /runs/healthy (--baseline)"
 

@@ -140,8 +140,20 @@ def outcome(summary: dict) -> Outcome:
                 HEALTHY,
                 "no sustained anomaly in the monitors" + (_uncounted_headline(v) or _sure(v)),
             )
-        return Outcome(state, text + _unreadable(unreadable), unreadable)
+        return Outcome(state, text + _unmatched(summary) + _unreadable(unreadable), unreadable)
     return Outcome(NO_VERDICT, text + _unreadable(unreadable), unreadable)
+
+
+def _unmatched(summary: dict) -> str:
+    """What the headline adds for a verdict read against a ``--baseline`` run whose weights matched
+    this run's at no common checkpoint (``reference_text``): ``-q``, JUnit and CI summaries print
+    the headline alone, and such a reading was found to cry wolf."""
+    d = detection(summary)
+    if d.get("baseline") != REFERENCE_BASELINE or "reference_shared_until" not in d:
+        return ""
+    if d.get("reference_shared_until") is not None:
+        return ""
+    return "; read against a --baseline run whose weights matched at no checkpoint"
 
 
 def no_verdict(error: str) -> Outcome:

@@ -344,7 +344,9 @@ def _verdict_html(s: dict) -> str:
     aside = data.set_aside_note(s)
     reason += f"<p class='muted'>set aside: {_e(aside)}</p>" if aside else ""
     against = data.reference_text(s)
-    reason += f"<p>baseline: {_e(against)}</p>" if against else ""  # no fine print: it says how to read the verdict
+    reason += (
+        f"<p>baseline: {_e(against)}</p>" if against else ""
+    )  # no fine print: it says how to read the verdict
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
 
 
