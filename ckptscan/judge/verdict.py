@@ -133,7 +133,7 @@ def judge(
             "baseline": REFERENCE_BASELINE if reference is not None else "self",
             "coverage": coverage,
             "reference_run": reference.run if reference is not None else None,
-            # the last step at which the reference still held this run's weights (None: none)
+            # the last common checkpoint up to which the two runs' weights matched (None: none)
             "reference_shared_until": (
                 detect.shared_until(timeline, reference.timeline) if reference is not None else None
             ),

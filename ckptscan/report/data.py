@@ -149,9 +149,8 @@ def _unmatched(summary: dict) -> str:
     this run's at no common checkpoint (``reference_text``): ``-q``, JUnit and CI summaries print
     the headline alone, and such a reading was found to cry wolf."""
     d = detection(summary)
-    if d.get("baseline") != REFERENCE_BASELINE or "reference_shared_until" not in d:
-        return ""
-    if d.get("reference_shared_until") is not None:
+    matched_none = "reference_shared_until" in d and d["reference_shared_until"] is None
+    if d.get("baseline") != REFERENCE_BASELINE or not matched_none:
         return ""
     return "; read against a --baseline run whose weights matched at no checkpoint"
 

@@ -343,10 +343,8 @@ def _verdict_html(s: dict) -> str:
     reason += f"<p class='muted'>not counted: {_e(uncounted)}</p>" if uncounted else ""
     aside = data.set_aside_note(s)
     reason += f"<p class='muted'>set aside: {_e(aside)}</p>" if aside else ""
-    against = data.reference_text(s)
-    reason += (
-        f"<p>baseline: {_e(against)}</p>" if against else ""
-    )  # no fine print: it says how to read the verdict
+    against = data.reference_text(s)  # no fine print: it says how to read the verdict
+    reason += f"<p>baseline: {_e(against)}</p>" if against else ""
     return f"{head}{reason}<div class='facts'>{facts_html}</div><h3>evidence</h3>{ev}{findings}"
 
 
