@@ -94,9 +94,9 @@ def rows_for(
     return pairs
 
 
-def _not_healthy(truth: dict) -> bool:
-    """A fault run or a benign run (each has a healthy twin in a corpus part)."""
-    return truth["fault"] != "none" or truth.get("benign") is not None
+def _healthy(truth: dict) -> bool:
+    """A healthy run: no fault and no benign event (the twin of its recipe's other runs)."""
+    return truth["fault"] == "none" and truth.get("benign") is None
 
 
 def _unseeded(recipe: str) -> str:
@@ -118,7 +118,7 @@ def reference_finder(runs_dirs: list[Path], out: Path, reference: str, reference
         for d in dirs:
             for run in evaluate.find_runs(d):
                 truth = json.loads((run / "truth.json").read_text())
-                if not _not_healthy(truth):
+                if _healthy(truth):
                     if truth["recipe"] in found:
                         raise SystemExit(f"{run}: a second healthy run of recipe {truth['recipe']}")
                     found[truth["recipe"]] = (run, truth)
@@ -409,9 +409,7 @@ def main(argv=None) -> int:
     from ckptscan.drills import evaluate
 
     params = _params(args.settings, ap) if args.settings else None
-    if args.reference is not None and not args.stored:
-        rows_for(args.runs, args.out, args.jobs, params)  # the runs analysed (or found stored) first
-    finder = (
+    finder = (  # references are loaded when asked for: rows_for analyses the runs first (unless --stored)
         reference_finder(args.runs, args.out, args.reference, args.reference_out)
         if args.reference is not None
         else None
@@ -424,7 +422,7 @@ def main(argv=None) -> int:
             run.name
             for d in args.runs
             for run in evaluate.find_runs(d)
-            if run.name not in judged and _not_healthy(json.loads((run / "truth.json").read_text()))
+            if run.name not in judged and not _healthy(json.loads((run / "truth.json").read_text()))
         )
         if left:
             print(f"left out, no healthy twin: {len(left)} run(s): {', '.join(left)}", file=sys.stderr)

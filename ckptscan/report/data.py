@@ -148,11 +148,19 @@ def _unmatched(summary: dict) -> str:
     """What the headline adds for a verdict read against a ``--baseline`` run whose weights matched
     this run's at no common checkpoint (``reference_text``): ``-q``, JUnit and CI summaries print
     the headline alone, and such a reading was found to cry wolf."""
-    d = detection(summary)
-    matched_none = "reference_shared_until" in d and d["reference_shared_until"] is None
-    if d.get("baseline") != REFERENCE_BASELINE or not matched_none:
+    if not _matched_none(detection(summary)):
         return ""
     return "; read against a --baseline run whose weights matched at no checkpoint"
+
+
+def _matched_none(d: dict) -> bool:
+    """A ``detection`` read against a reference run whose weights matched this run's at no common
+    checkpoint (``reference_shared_until`` recorded, and None)."""
+    return (
+        d.get("baseline") == REFERENCE_BASELINE
+        and "reference_shared_until" in d
+        and d["reference_shared_until"] is None
+    )
 
 
 def no_verdict(error: str) -> Outcome:
@@ -242,9 +250,8 @@ def reference_text(summary: dict) -> str | None:
     said = f"judged against the reference run {run} (--baseline)"
     if "reference_shared_until" not in d:  # a summary from before the field: nothing to say of it
         return said
-    until = d.get("reference_shared_until")
-    if until is not None:
-        return f"{said}; their weights matched at every common checkpoint up to step {until}"
+    if not _matched_none(d):
+        return f"{said}; their weights matched at every common checkpoint up to step {d['reference_shared_until']}"
     return (
         f"{said}, whose weights matched this run's at none of their common checkpoints: a run of another "
         "seed or other batches, training that is not bit-reproducible, or a branch saved only after its "
