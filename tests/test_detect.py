@@ -337,13 +337,18 @@ def test_alarms_after_the_divergence_do_not_decide_the_class():
     assert v["fault_type"] == "lowprec_attention" and v["earliest_step"] == STEPS[5]
 
 
+# the reading of every series against a reference run (``REFERENCE_ALL``), as for a twin; these
+# synthetic runs have no series of one checkpoint's weights, so ``shared_until`` reads None
+FULL = detect.Params(unshared_steps=False)
+
+
 def test_reference_baseline_finds_deviation_and_not_noise():
     ref = healthy(7)
     same = {k: v.copy() for k, v in ref.items()}
-    assert detect.detect(tl(same), reference=tl(ref)) == []
+    assert detect.detect(tl(same), FULL, reference=tl(ref)) == []
     bad = {k: v.copy() for k, v in ref.items()}
     bad["attn.D2.entropy2"][10:, 0, 3] -= 0.3
-    al = detect.detect(tl(bad), reference=tl(ref))
+    al = detect.detect(tl(bad), FULL, reference=tl(ref))
     assert al and al[0].first_step == STEPS[10] and al[0].head == 3
 
 
@@ -435,10 +440,10 @@ def test_reference_run_blames_only_the_collapsing_head():
     run["attn.D2.entropy2"] = run["attn.D2.entropy2"][:, :, perm]  # slot s holds ref head perm[s]
     top = perm.index(3)
     run["attn.D2.entropy2"][12:, 1, top] = 0.4
-    al = detect.detect(tl(run), reference=tl(ref))
+    al = detect.detect(tl(run), FULL, reference=tl(ref))
     assert [(a.layer, a.head, a.first_step) for a in al] == [(1, top, STEPS[12])]
     run["attn.D2.entropy2"][12:, 1, top] = 0.05  # far below every head: still only that one
-    al = detect.detect(tl(run), reference=tl(ref))
+    al = detect.detect(tl(run), FULL, reference=tl(ref))
     assert [(a.layer, a.head) for a in al] == [(1, top)]
 
 
@@ -452,10 +457,10 @@ def test_reference_run_with_permuted_heads_is_not_a_fault():
     ent[:, 1, :] = ent[:, 1, [2, 0, 3, 1]]
     ent[:, 0, 0] -= 0.2  # a head that sits lower all run long (heads differ) ...
     ref["attn.D2.entropy2"][:, 0, 3] -= 0.2  # ... like one of the reference's
-    assert detect.detect(tl(perm), reference=tl(ref)) == []
+    assert detect.detect(tl(perm), FULL, reference=tl(ref)) == []
     bad = {k: v.copy() for k, v in perm.items()}
     bad["attn.D2.entropy2"][12:, 1, 1] = 0.05
-    al = detect.detect(tl(bad), reference=tl(ref))
+    al = detect.detect(tl(bad), FULL, reference=tl(ref))
     assert al and al[0].first_step == STEPS[12] and (al[0].layer, al[0].head) == (1, 1)
 
 
@@ -1079,7 +1084,8 @@ def test_a_whole_model_jump_before_rules_out_the_projections_calm_reading(tmp_pa
 def test_output_projection_breadth_needs_two_layers():
     """``_proj_broad``: 1 where at least half of the scored layers' projections score above
     z_accept, and two of them at least, 0 where not, NaN where fewer than two layers are scored;
-    None when two are never scored, or when the columns are scored against a reference run."""
+    None when two are never scored, or when every column is scored against a reference run (one of
+    another seed is read for the step size alone: the projections read the run's own history)."""
     s = _collapse_with_qk_jump(0, [0, 1])
     det = detect.run_detection(tl(s))
     pb = det.proj_broad
@@ -1088,7 +1094,8 @@ def test_output_projection_breadth_needs_two_layers():
     s = _collapse_with_qk_jump(0, [1])
     pb = detect.run_detection(tl(s)).proj_broad
     assert pb is not None and not (pb == 1).any() and (pb[10:] == 0).all()
-    assert detect.run_detection(tl(s), reference=tl(healthy(1))).proj_broad is None
+    assert detect.run_detection(tl(s), FULL, reference=tl(healthy(1))).proj_broad is None
+    assert detect.run_detection(tl(s), reference=tl(healthy(1))).proj_broad is not None
     s["out.update_ratio"][:, 0] = np.nan  # one layer scored: no breadth to read
     assert detect.run_detection(tl(s)).proj_broad is None
 
@@ -3642,3 +3649,33 @@ def test_shared_until_reads_how_long_a_reference_run_held_the_runs_weights():
     assert detect.shared_until(Timeline.from_arrays(steps, {"attn.M.entropy1": blown}), ref) == 100
     wider = Timeline.from_arrays(steps, {"attn.M.entropy1": np.concatenate([ent, ent], axis=2)})
     assert detect.shared_until(wider, ref) is None  # another head count: another model
+
+
+def test_a_reference_of_another_seed_is_read_for_the_step_size_alone():
+    """A ``--baseline`` run whose weights matched the run's at no checkpoint (another seed) is read
+    for the step size alone (``reference_scope``): one head of the run that drifts away from the
+    reference's matching head (two seeds' heads take their own courses) is no alarm, though the
+    reading of every series raised one; the run's step size pulling away from the reference's at
+    the same steps still is. A twin (the same weights until its change) is read for every series."""
+    ref = healthy(7)
+    run = healthy(8)  # another seed: other noise, the same schedule
+    run["attn.D2.entropy2"][3:, 0, 2] -= np.linspace(0.0, 0.3, N - 3)  # a slow drift of its own
+    assert detect.detect(tl(run), FULL, reference=tl(ref))  # read for every series: a false alarm
+    found = detect.run_detection(tl(run), reference=tl(ref))
+    assert found.alarms == [] and found.shared_until is None
+    assert found.reference_scope == detect.REFERENCE_STEPS
+    assert detect.detect(tl(run)) == []  # the run's own history sees no fault there either
+    raised = {k: v.copy() for k, v in run.items()}
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):  # an LR growing from step 1,100 on
+        raised[name][10:] *= np.exp(0.25 * np.arange(1, N - 9))[:, None, None]
+    al = detect.detect(tl(raised), reference=tl(ref))
+    assert al and {a.role for a in al} == {"step_size"} and al[0].first_step >= STEPS[10]
+    # a twin: a series of one checkpoint's weights shared until the change reads every series
+    shared = np.random.default_rng(3).uniform(0.5, 0.9, size=(N, L, H))
+    twin = {**ref, "attn.M.entropy1": shared}
+    drifted = {k: v.copy() for k, v in twin.items()}
+    drifted["attn.M.entropy1"][10:] += 0.01
+    drifted["attn.D2.entropy2"][10:, 0, 3] -= 0.3
+    found = detect.run_detection(tl(drifted), reference=tl(twin))
+    assert found.shared_until == STEPS[9] and found.reference_scope == detect.REFERENCE_ALL
+    assert [(a.layer, a.head) for a in found.alarms if a.role == "structure"][:1] == [(0, 3)]

@@ -23,6 +23,7 @@ from ckptscan.cli import main
 from ckptscan.discover.checkpoints import Skipped
 from ckptscan.judge import detect
 from ckptscan.judge.classify import confidence
+from ckptscan.judge.detect import REFERENCE_STEPS
 from ckptscan.judge.verdict import REFERENCE_BASELINE
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
@@ -1014,7 +1015,8 @@ def test_the_evidence_tables_say_what_a_score_is():
 def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share():
     """With ``--baseline`` the terminal and HTML reports name the reference run and say until which
     step it held this run's weights; a reference that shares none (another seed) is flagged, since
-    that reading was found to cry wolf; a run judged against itself says nothing of a baseline."""
+    that reading was found to cry wolf, unless it was read for the step size alone; a run judged
+    against itself says nothing of a baseline."""
     res = make_result()
     assert "baseline:" not in render_terminal(res, width=400) and data.reference_text(res.summary) is None
     res.summary["detection"] = {
@@ -1036,6 +1038,14 @@ def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share
     )
     res.summary["detection"]["reference_shared_until"] = 300
     assert "--baseline" not in data.outcome(res.summary).text  # the headline, -q and JUnit carry it only then
+    res.summary["detection"].update(reference_shared_until=None, reference_scope=REFERENCE_STEPS)
+    text = " ".join(render_terminal(res, width=400).split())  # another seed: read for the step size alone
+    assert f"baseline: {said}, for the step size alone: their weights matched at none" in text
+    assert (
+        "read the verdict without --baseline too" not in text
+        and "--baseline" not in data.outcome(res.summary).text
+    )
+    assert "for the step sizes (q, k, router update ratios); the series' own recent baseline" in text
     del res.summary["detection"]["reference_shared_until"]  # a summary written before the field
     assert data.reference_text(res.summary) == "judged against the reference run /runs/healthy (--baseline)"
 

@@ -88,7 +88,10 @@ A fault is a deviation from healthy behaviour, not a low value by itself (docs/d
 Reference-run baseline (``reference=`` a healthy timeline of the same recipe): x_t is compared
 with the healthy run's value at the same step; the scale is the floor or the healthy run's own
 step-to-step spread, whichever is larger.  Per-head series are matched to reference heads by
-their early level, not by slot (``_reference_columns``); no blocks.
+their early level, not by slot (``_reference_columns``); no blocks.  That holds for a reference
+that shares the run's history (a twin, a branch).  One whose weights matched the run's at no
+checkpoint (another seed) is read for the step-size series alone, in the run's blocks; every other
+series and rule reads the run's own history (``reference_scope``).
 
 Head-scope series whose fault acts on every head at once (update ratios) are reduced to one
 series per layer first (median over heads): it is the whole layer that moves, and the median is
@@ -252,6 +255,11 @@ class Params:
     proj_near: float = 6.0  # the output projections' rise at a collapse (``projections_rise``, evidence
     #                         for the classifier) is read against their level from ``RISE_SPAN`` settling
     #                         times to 1/this of that before (3: until the holdout33 freeze)
+    unshared_steps: bool = True  # a reference run whose weights matched the run's at no common
+    #                              checkpoint (``shared_until`` None: another seed) scores the
+    #                              step-size series alone; every other series, and every whole-model
+    #                              rule, reads the run's own history (``REFERENCE_STEPS``; False: it
+    #                              scores every series, the rules before 2026-12-07)
 
 
 @dataclass
@@ -1984,6 +1992,16 @@ def _fit_block(k: int, n: int, first: int, params: Params) -> int:
     return fit if scored(fit) >= params.window else k
 
 
+def _coarsen_like(ref_timeline, steps: np.ndarray, k: int):
+    """The reference run at the run's ``steps`` (its values there, NaN where it has none), in
+    blocks of ``k`` checkpoints as the run is scored (``coarsen``)."""
+    series = {n: _align(ref_timeline, steps, n) for n in ref_timeline.names()}
+    aligned = type(ref_timeline).from_arrays(
+        np.asarray(steps, dtype=np.int64), series, dict(ref_timeline.meta)
+    )
+    return coarsen(aligned, k)[0]
+
+
 def coarsen(timeline, k: int) -> tuple:
     """(coarse Timeline, block index of each checkpoint): consecutive checkpoints grouped by ``k``,
     each block's value the median of its checkpoints' (NaN ignored), labelled with its upper-median
@@ -2035,6 +2053,10 @@ class Detection:
     # the model's per-head structure series (layers x query heads with a D2-entropy column, read or
     # not): what the lone-head bar grows with (``lone_bar``)
     head_series: int = 0
+    # against a reference run (``--baseline``): ``REFERENCE_ALL`` or ``REFERENCE_STEPS``, what it was
+    # read for (``reference_scope``), and ``shared_until`` its result; None: no reference run
+    reference_scope: str | None = None
+    shared_until: int | None = None
 
     def point_at_or_after(self, step: int | None) -> int | None:
         """The step of the first point at or after ``step`` (its updates began before ``step``)."""
@@ -2115,6 +2137,23 @@ def detect(
     return run_detection(timeline, params, reference, detectors).alarms
 
 
+REFERENCE_ALL = "all"  # a reference run read for every series (``reference_scope``)
+REFERENCE_STEPS = "step_size"  # ... for the step-size series alone
+
+
+def reference_scope(reference, shared: int | None, params: Params = Params()) -> str | None:
+    """What a reference run (``--baseline``) is read for: None where there is none;
+    ``REFERENCE_STEPS`` where its weights matched the run's at no common checkpoint (``shared``,
+    ``shared_until``, None: another seed, other batches) and ``params.unshared_steps``: two seeds'
+    heads take their own courses, so a head's structure differs from the other run's for no fault,
+    while the step size (the q/k and router update ratios) follows the recipe's schedule and
+    optimizer in both; ``REFERENCE_ALL`` otherwise (a twin or a branch that shares the run's history:
+    every series reads the departure from it)."""
+    if reference is None:
+        return None
+    return REFERENCE_STEPS if (shared is None and params.unshared_steps) else REFERENCE_ALL
+
+
 def run_detection(
     timeline, params: Params = Params(), reference=None, detectors: Sequence[Detector] = DETECTORS
 ) -> Detection:
@@ -2126,17 +2165,26 @@ def run_detection(
 
     Self-referenced series of a layer are scored only once it has settled (``layer_starts``).
     ``reference``: a healthy run's Timeline; when given, every column is scored against it at the
-    matching steps (columns the reference lacks fall back to the self-referenced baseline)."""
+    matching steps (columns the reference lacks fall back to the self-referenced baseline), or, where
+    it shares none of the run's weights (``reference_scope``), the step-size columns alone, in the
+    run's blocks, and the rest as without one."""
     alarms: list[Alarm] = []
     fine = timeline
     fine_steps = np.asarray(timeline.steps)
     starts, heads = examined_from(timeline, params, detectors)
     fine_starts, fine_heads = starts, heads
+    shared = shared_until(timeline, reference) if reference is not None else None
+    scope = reference_scope(reference, shared, params)
+    step_ref = reference if scope == REFERENCE_STEPS else None
+    if step_ref is not None:  # read like a run without one, but for the step-size series
+        reference = None
     k = block_size(timeline, starts, params) if reference is None else 1
     block = np.arange(len(fine_steps))
     if k > 1:  # a block is scored for a column once all its checkpoints are
         timeline, block = coarsen(timeline, k)
         starts, heads = -(-starts // k), -(-heads // k)
+        if step_ref is not None:
+            step_ref = _coarsen_like(step_ref, fine_steps, k)
     steps = np.asarray(timeline.steps)
     both = (starts, heads)
     cols: list[_Column] = []
@@ -2146,8 +2194,9 @@ def run_detection(
         except KeyError:
             continue
         for name in _series_for(timeline, det):
+            ref_here = step_ref if (step_ref is not None and det.role == Role.STEP_SIZE) else reference
             for layer, head, sc, self_ref in _scored_columns(
-                timeline, det, name, direction, params, reference, both
+                timeline, det, name, direction, params, ref_here, both
             ):
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
     examined = np.zeros(len(steps), dtype=bool)
@@ -2254,6 +2303,8 @@ def run_detection(
         else None,
         asleep,
         head_series,
+        scope,
+        shared,
     )
 
 

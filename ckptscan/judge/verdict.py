@@ -134,9 +134,9 @@ def judge(
             "coverage": coverage,
             "reference_run": reference.run if reference is not None else None,
             # the last common checkpoint up to which the two runs' weights matched (None: none)
-            "reference_shared_until": (
-                detect.shared_until(timeline, reference.timeline) if reference is not None else None
-            ),
+            "reference_shared_until": detection.shared_until,
+            # what the reference run was read for (``detect.reference_scope``); None: no reference
+            "reference_scope": detection.reference_scope,
             "reference_out": reference.out if reference is not None else None,
             **vars(params),
         },

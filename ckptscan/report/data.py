@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ckptscan.judge.classify import LOSS_DIVERGED, examined_before
+from ckptscan.judge.detect import REFERENCE_STEPS
 from ckptscan.judge.logs import MAX_LISTED_ALARMS
 from ckptscan.judge.verdict import REFERENCE_BASELINE
 from ckptscan.layouts.config import as_int
@@ -145,10 +146,13 @@ def outcome(summary: dict) -> Outcome:
 
 
 def _unmatched(summary: dict) -> str:
-    """What the headline adds for a verdict read against a ``--baseline`` run whose weights matched
-    this run's at no common checkpoint (``reference_text``): ``-q``, JUnit and CI summaries print
-    the headline alone, and such a reading was found to cry wolf."""
-    if not _matched_none(detection(summary)):
+    """What the headline adds for a verdict whose every series was read against a ``--baseline``
+    run whose weights matched this run's at no common checkpoint (``reference_text``): ``-q``,
+    JUnit and CI summaries print the headline alone, and such a reading was found to cry wolf.
+    (Since 2026-12-07 such a run is read for the step size alone, unless the detection parameters
+    say otherwise; a summary written before says nothing of its scope.)"""
+    d = detection(summary)
+    if not _matched_none(d) or d.get("reference_scope") == REFERENCE_STEPS:
         return ""
     return "; read against a --baseline run whose weights matched at no checkpoint"
 
@@ -241,8 +245,9 @@ def reference_text(summary: dict) -> str | None:
     """Against which run the verdict was read, where a reference run was given (``--baseline``),
     and up to which common checkpoint the two runs' weights matched
     (``detection.reference_shared_until``): a reference that matched at none (another seed, other
-    batches) is a reading the corpus found to cry wolf, so it says so.  None for a run judged
-    against its own history."""
+    batches) is read for the step size alone (``detection.reference_scope``), and it says so; read
+    for every series (the parameters' choice, or a summary from before 2026-12-07), the corpus found
+    it to cry wolf, and it says that.  None for a run judged against its own history."""
     d = detection(summary)
     if d.get("baseline") != REFERENCE_BASELINE:
         return None
@@ -252,6 +257,13 @@ def reference_text(summary: dict) -> str | None:
         return said
     if not _matched_none(d):
         return f"{said}; their weights matched at every common checkpoint up to step {d['reference_shared_until']}"
+    if d.get("reference_scope") == REFERENCE_STEPS:
+        return (
+            f"{said}, for the step size alone: their weights matched at none of their common "
+            "checkpoints (a run of another seed or other batches, training that is not bit-reproducible, "
+            "or a branch saved only after its fork), and two such runs' heads take their own courses, so "
+            "every other series was read against this run's own history"
+        )
     return (
         f"{said}, whose weights matched this run's at none of their common checkpoints: a run of another "
         "seed or other batches, training that is not bit-reproducible, or a branch saved only after its "
@@ -371,7 +383,13 @@ def score_note(summary: dict) -> str:
     """What the evidence tables' score column holds (one unit for most rows; the others say theirs):
     a z against the series' own recent baseline, or, judged against a reference run
     (``--baseline``), against that run at the same step."""
-    if detection(summary).get("baseline") == REFERENCE_BASELINE:
+    d = detection(summary)
+    if d.get("baseline") == REFERENCE_BASELINE and d.get("reference_scope") == REFERENCE_STEPS:
+        against = (
+            "the reference run at the same step, its step-to-step spread, for the step sizes (q, k, "
+            "router update ratios); the series' own recent baseline, median/MAD, for the others"
+        )
+    elif d.get("baseline") == REFERENCE_BASELINE:
         against = (
             "the reference run at the same step, its step-to-step spread (a series the reference "
             "lacks: its own recent baseline)"
