@@ -30,7 +30,7 @@ from ckptscan.errors import (
     UsageError,
     describe,
 )
-from ckptscan.judge import logs, verdict
+from ckptscan.judge import detect, logs, verdict
 from ckptscan.judge.verdict import Reference
 from ckptscan.layouts import load_config_file
 from ckptscan.limits import JsonError, parse_json
@@ -225,6 +225,9 @@ def analyze(
     failure = None
     try:
         reference = _reference(cfg, out) if cfg.baseline is not None else None
+        other = detect.other_model(timeline, reference.timeline) if reference is not None else None
+        if other is not None:  # layer k of another model is no match for layer k of this one
+            raise UsageError(f"--baseline run: {other}; give a run of the same model", cfg.baseline)
         judgement = verdict.judge(
             run_dir,
             timeline,

@@ -92,11 +92,12 @@ def make_run(
     step_size: float = 0.02,
     name: str = "checkpoint-{step}",
     dtype=torch.float32,
+    c: dict = TINY,
 ) -> Path:
     g = torch.Generator().manual_seed(seed)
-    sd = state_dict(g, moe)
+    sd = state_dict(g, moe, c)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(config(moe)))
+    (root / "config.json").write_text(json.dumps(config(moe, c)))
     for i in range(n):
         step = (i + 1) * every
         write_checkpoint(root / name.format(step=step), sd, fmt, dtype)

@@ -3679,3 +3679,77 @@ def test_a_reference_of_another_seed_is_read_for_the_step_size_alone():
     found = detect.run_detection(tl(drifted), reference=tl(twin))
     assert found.shared_until == STEPS[9] and found.reference_scope == detect.REFERENCE_ALL
     assert [(a.layer, a.head) for a in found.alarms if a.role == "structure"][:1] == [(0, 3)]
+
+
+def test_a_reference_is_read_only_where_it_holds_the_runs_points():
+    """A reference that ended before the run, saved at another cadence, or held none of its steps
+    leaves the step size to the run's own history (``_covers``, ``_align``): an LR raised after the
+    reference's last save is still found, changes over three times the reference's save interval
+    are not read as a step size three times as large, and a reference of no common step reads as
+    none (``REFERENCE_NONE``), the run judged alone. Points read against a reference of another
+    seed examine the step size only: the run's coverage is its own (``examined``)."""
+    ref, run = healthy(7), healthy(8)
+    raised = {k: v.copy() for k, v in run.items()}
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):  # an LR x8 from step 1,100 on
+        raised[name][10:] *= 8.0
+    alone = detect.detect(tl(raised))
+    assert alone and alone[0].role == "step_size"
+    short = {k: v[:8] for k, v in ref.items()}  # the reference ends at step 800
+    found = detect.run_detection(tl(raised), reference=tl(short))
+    assert found.alarms and found.alarms[0].first_step == alone[0].first_step
+    assert found.reference_scope == detect.REFERENCE_NONE  # no column held every point
+    # the reference saved every 100 steps, the run every 300: update ratios x3 for the same LR
+    steps = STEPS[2::3]
+    coarse = {k: v[2::3].copy() for k, v in run.items()}
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):
+        coarse[name] = coarse[name] * 3.0
+    three = Timeline.from_arrays(steps, coarse)
+    assert detect.run_detection(three, reference=tl(ref)).alarms == detect.detect(three)
+    # aligned to the run's points once (the run's blocks, ``_coarsen_like``) and read there again
+    once = Timeline.from_arrays(
+        STEPS, {"attn.q.update_ratio": detect._align(tl(ref), STEPS, "attn.q.update_ratio")}
+    )
+    again = detect._align(once, STEPS, "attn.q.update_ratio")
+    assert again is not None and np.array_equal(np.isfinite(again), np.isfinite(ref["attn.q.update_ratio"]))
+    later = Timeline.from_arrays(STEPS + 5000, run)  # no step in common
+    found = detect.run_detection(later, reference=tl(ref))
+    assert found.reference_scope == detect.REFERENCE_NONE and found.alarms == detect.detect(later)
+    # the same initial weights, other batches: shared at the first common checkpoint alone
+    init = np.random.default_rng(3).uniform(0.5, 0.9, size=(N, L, H))
+    mine, theirs = init.copy(), init.copy()
+    mine[1:] += 0.02
+    a = tl({**run, "attn.M.entropy1": mine})
+    b = tl({**ref, "attn.M.entropy1": theirs})
+    found = detect.run_detection(a, reference=b)
+    assert found.shared_until == STEPS[0] and found.reference_scope == detect.REFERENCE_STEPS
+    assert (found.examined == detect.run_detection(a).examined).all()
+
+
+def test_a_reference_of_another_model_or_nothing_read_is_named():
+    """``other_model``: another number of layers or heads in a series both compute, no series in
+    common, or a reference of which nothing was read, each in words; the same model, or a run of
+    which nothing was read (its own verdict says so), is None."""
+    run = tl(healthy(1))
+    assert detect.other_model(run, tl(healthy(2))) is None
+    deeper = {k: np.concatenate([v, v], axis=1) for k, v in healthy(2).items()}
+    said = detect.other_model(run, tl(deeper))
+    assert said is not None and "2 layers x 4 heads here, 4 layers x 4 heads in the reference run" in said
+    layer_only = Timeline.from_arrays(
+        STEPS, {"attn.q.update_ratio": healthy(2)["attn.q.update_ratio"][:, :, :1]}
+    )
+    said = detect.other_model(
+        tl({"attn.q.update_ratio": healthy(1)["attn.q.update_ratio"][:, :, :1]}), layer_only
+    )
+    assert said is None
+    narrow = Timeline.from_arrays(
+        STEPS, {"attn.q.update_ratio": healthy(2)["attn.q.update_ratio"][:, :1, :1]}
+    )
+    assert "has 2 layers here, 1 layers in the reference run" in str(
+        detect.other_model(tl({"attn.q.update_ratio": healthy(1)["attn.q.update_ratio"][:, :, :1]}), narrow)
+    )
+    assert "no monitor series in common" in str(
+        detect.other_model(run, Timeline.from_arrays(STEPS, {"x.y": np.ones(N)}))
+    )
+    empty = Timeline.from_arrays(np.array([], dtype=np.int64), {})
+    assert detect.other_model(run, empty) == "none of its checkpoints could be read"
+    assert detect.other_model(empty, run) is None

@@ -353,6 +353,31 @@ def test_the_scores_alarms_were_raised_on_are_stored_and_the_baseline_stays_insi
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
 
+def test_a_baseline_of_another_model_is_refused_by_name(tmp_path):
+    """A ``--baseline`` run of another model (here 3 layers for the run's 2) would be compared layer
+    by layer with layers it does not have: a usage error (exit 2) naming the reference, the series
+    and both shapes; the run's own results are still written, unjudged. Another seed of the same
+    model is read."""
+    run = make_run(tmp_path / "run", n=4)
+    deeper = make_run(tmp_path / "deeper", n=4, c={**TINY, "layers": 3})
+    r = CliRunner().invoke(
+        main, ["analyze", str(run), "--baseline", str(deeper), "-o", str(tmp_path / "a"), "-q"]
+    )
+    assert r.exit_code == 2, r.output
+    said = " ".join(r.output.split())
+    assert (
+        f"{deeper}: --baseline run: another model:" in said
+        and "2 layers x 4 heads here, 3 layers x 4 heads in the reference run" in said
+    )
+    assert (
+        "could not be judged"
+        in json.loads((tmp_path / "a" / "summary.json").read_text())["verdict"]["reason"]
+    )
+    other_seed = make_run(tmp_path / "seed", n=4, seed=5)
+    res = analyze(run, out_dir=tmp_path / "b", baseline=other_seed)
+    assert res.summary["detection"]["reference_scope"] == "step_size"
+
+
 def test_a_baseline_that_is_the_run_or_no_run_is_refused_by_name(tmp_path):
     """``--baseline`` naming the run itself is a usage error (exit 2: a run read against itself would
     show a perfect match); a baseline that cannot be analysed names itself as the --baseline run, so

@@ -23,7 +23,7 @@ from ckptscan.cli import main
 from ckptscan.discover.checkpoints import Skipped
 from ckptscan.judge import detect
 from ckptscan.judge.classify import confidence
-from ckptscan.judge.detect import REFERENCE_STEPS
+from ckptscan.judge.detect import REFERENCE_NONE, REFERENCE_STEPS
 from ckptscan.judge.verdict import REFERENCE_BASELINE
 from ckptscan.report import data, emit
 from ckptscan.report.ci import github_annotations, junit_tree, step_summary_markdown, write_junit
@@ -1046,6 +1046,12 @@ def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share
         and "--baseline" not in data.outcome(res.summary).text
     )
     assert "for the step sizes (q, k, router update ratios); the series' own recent baseline" in text
+    res.summary["detection"]["reference_scope"] = REFERENCE_NONE  # it held none of the run's points
+    text = " ".join(render_terminal(res, width=400).split())
+    assert f"baseline: {said}, which held none of this run's points" in text
+    assert data.outcome(res.summary).text.endswith(
+        "; the --baseline run held none of its points: judged on its own history"
+    )
     del res.summary["detection"]["reference_shared_until"]  # a summary written before the field
     assert data.reference_text(res.summary) == "judged against the reference run /runs/healthy (--baseline)"
 

@@ -525,16 +525,27 @@ def _early_level(x: np.ndarray, p: Params) -> np.ndarray:
 
 
 def _align(ref_timeline, steps: np.ndarray, name: str) -> np.ndarray | None:
-    """The reference run's series ``name`` at ``steps`` (NaN where it has no such step)."""
+    """The reference run's series ``name`` at ``steps`` (NaN where it has no such step).  A series
+    computed from a checkpoint and the one before it (an update ratio: the change since the last
+    save) is NaN too where the reference's save before that step is not the run's: saved at
+    another cadence, its changes span other intervals and are other sizes."""
     if ref_timeline is None or name not in ref_timeline:
         return None
     arr = ref_timeline.get(name)
-    idx = {int(s): i for i, s in enumerate(ref_timeline.steps)}
+    ref_steps = [int(s) for s in ref_timeline.steps]
+    idx = {s: i for i, s in enumerate(ref_steps)}
+    try:
+        pair = monitor_spec(name).kind != "single"
+    except KeyError:
+        pair = False
     out = np.full((len(steps),) + arr.shape[1:], np.nan, dtype=np.float64)
     for j, s in enumerate(steps):
         i = idx.get(int(s))
-        if i is not None:
-            out[j] = arr[i]
+        if i is None:
+            continue
+        if pair and (ref_steps[i - 1] if i else None) != (int(steps[j - 1]) if j else None):
+            continue  # the two runs' changes since their last save span other intervals
+        out[j] = arr[i]
     return out
 
 
@@ -551,6 +562,30 @@ def _weights_alone(name: str) -> bool:
     except KeyError:
         return False
     return spec.kind == "single" and not spec.family.startswith("act_")
+
+
+def other_model(timeline, ref_timeline) -> str | None:
+    """Why a reference run (``--baseline``) is not a run of this run's model, read from the series
+    both computed: one whose layers or heads differ in number ("2 layers x 4 heads; the reference
+    run 4 x 8", at the first such series), or no series in common at all; None where every common
+    series has this run's shape.  Layer k of another model is no match for this run's layer k."""
+    if not timeline.names():  # nothing of this run was read: its own verdict says so
+        return None
+    if not ref_timeline.names():
+        return "none of its checkpoints could be read"
+    common = [n for n in timeline.names() if n in ref_timeline]
+    if not common:
+        return "it has no monitor series in common with this run (another layout)"
+    for name in common:
+        mine, theirs = timeline.get(name).shape[1:], ref_timeline.get(name).shape[1:]
+        if mine != theirs:
+            return f"another model: {name} has {_shape(mine)} here, {_shape(theirs)} in the reference run"
+    return None
+
+
+def _shape(shape: tuple) -> str:
+    """A series' layers (and heads, where it has more than one column per layer), in words."""
+    return f"{shape[0]} layers x {shape[1]} heads" if shape[1] > 1 else f"{shape[0]} layers"
 
 
 def shared_until(timeline, ref_timeline) -> int | None:
@@ -608,13 +643,21 @@ def _scored_columns(
     for layer, head, col in _columns(arr, det):
         x = _transform(col, det)
         ref = ref_cols.get((layer, head))
-        self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2)
+        self_ref = not (ref is not None and np.isfinite(ref).sum() >= 2 and _covers(ref, x))
         sc = (
             score_self(x, det, direction, params, _start(starts, layer, head))
             if self_ref
             else score_reference(x, cast(np.ndarray, ref), det, direction, params)  # not self_ref: ref is set
         )
         yield layer, head, sc, self_ref
+
+
+def _covers(ref: np.ndarray, x: np.ndarray) -> bool:
+    """Whether a reference column is defined wherever the run's column ``x`` is: a reference that
+    ended before the run, or lacks some of its saves (saved at another cadence, a checkpoint it
+    could not read), would leave those points unscored, so such a column is read against the run's
+    own history instead."""
+    return bool(np.all(np.isfinite(ref) | ~np.isfinite(x)))
 
 
 def _start(starts: tuple[np.ndarray, np.ndarray] | None, layer: int, head: int | None) -> int:
@@ -2139,19 +2182,24 @@ def detect(
 
 REFERENCE_ALL = "all"  # a reference run read for every series (``reference_scope``)
 REFERENCE_STEPS = "step_size"  # ... for the step-size series alone
+REFERENCE_NONE = "none"  # ... for nothing: it held none of the run's points (the run read alone)
 
 
-def reference_scope(reference, shared: int | None, params: Params = Params()) -> str | None:
+def reference_scope(timeline, reference, shared: int | None, params: Params = Params()) -> str | None:
     """What a reference run (``--baseline``) is read for: None where there is none;
-    ``REFERENCE_STEPS`` where its weights matched the run's at no common checkpoint (``shared``,
-    ``shared_until``, None: another seed, other batches) and ``params.unshared_steps``: two seeds'
-    heads take their own courses, so a head's structure differs from the other run's for no fault,
-    while the step size (the q/k and router update ratios) follows the recipe's schedule and
-    optimizer in both; ``REFERENCE_ALL`` otherwise (a twin or a branch that shares the run's history:
-    every series reads the departure from it)."""
+    ``REFERENCE_STEPS`` where its weights matched the run's at no common checkpoint but the first
+    (``shared``, ``shared_until``, None: another seed, other batches; the first alone: the same
+    initial weights, other batches) and ``params.unshared_steps``: two such runs' heads take their
+    own courses, so a head's structure differs from the other run's for no fault, while the step
+    size (the q/k and router update ratios) follows the recipe's schedule and optimizer in both;
+    ``REFERENCE_ALL`` otherwise (a twin, or a branch whose folder holds checkpoints before its fork:
+    every series reads the departure from it).  ``run_detection`` reads ``REFERENCE_NONE`` where
+    no column could be scored against the reference."""
     if reference is None:
         return None
-    return REFERENCE_STEPS if (shared is None and params.unshared_steps) else REFERENCE_ALL
+    common = sorted({int(s) for s in timeline.steps} & {int(s) for s in reference.steps})
+    unshared = shared is None or (bool(common) and shared <= common[0])
+    return REFERENCE_STEPS if (unshared and params.unshared_steps) else REFERENCE_ALL
 
 
 def run_detection(
@@ -2174,7 +2222,7 @@ def run_detection(
     starts, heads = examined_from(timeline, params, detectors)
     fine_starts, fine_heads = starts, heads
     shared = shared_until(timeline, reference) if reference is not None else None
-    scope = reference_scope(reference, shared, params)
+    scope = reference_scope(timeline, reference, shared, params)
     step_ref = reference if scope == REFERENCE_STEPS else None
     if step_ref is not None:  # read like a run without one, but for the step-size series
         reference = None
@@ -2199,9 +2247,14 @@ def run_detection(
                 timeline, det, name, direction, params, ref_here, both
             ):
                 cols.append(_Column(det, name, layer, head, sc, self_ref, direction, det.broad))
+    if scope is not None and all(c.self_ref for c in cols):  # nothing could be read against it
+        alone = run_detection(fine, params, None, detectors)
+        return dataclasses.replace(alone, reference_scope=REFERENCE_NONE, shared_until=shared)
     examined = np.zeros(len(steps), dtype=bool)
     for c in cols:
-        if c.det.role != Role.PROJ_STEP:  # read by the classifier only (``_proj_broad``)
+        # read by the classifier only (``_proj_broad``); a step size read against a reference of
+        # another seed, from its second value on, is no examination of the rest of the run
+        if c.det.role != Role.PROJ_STEP and (c.self_ref or scope != REFERENCE_STEPS):
             examined |= np.isfinite(c.sc.z)
     with np.errstate(invalid="ignore"):  # [points, L]: the step size above its settled high (or unread)
         new_high = ~(above_settled(step_size(timeline, detectors), starts) <= 0)

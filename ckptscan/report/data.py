@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ckptscan.judge.classify import LOSS_DIVERGED, examined_before
-from ckptscan.judge.detect import REFERENCE_STEPS
+from ckptscan.judge.detect import REFERENCE_NONE, REFERENCE_STEPS
 from ckptscan.judge.logs import MAX_LISTED_ALARMS
 from ckptscan.judge.verdict import REFERENCE_BASELINE
 from ckptscan.layouts.config import as_int
@@ -148,10 +148,13 @@ def outcome(summary: dict) -> Outcome:
 def _unmatched(summary: dict) -> str:
     """What the headline adds for a verdict whose every series was read against a ``--baseline``
     run whose weights matched this run's at no common checkpoint (``reference_text``): ``-q``,
-    JUnit and CI summaries print the headline alone, and such a reading was found to cry wolf.
+    JUnit and CI summaries print the headline alone, and such a reading was found to cry wolf; or
+    for one whose ``--baseline`` run held none of its points (judged on its own history).
     (Since 2026-12-07 such a run is read for the step size alone, unless the detection parameters
     say otherwise; a summary written before says nothing of its scope.)"""
     d = detection(summary)
+    if d.get("baseline") == REFERENCE_BASELINE and d.get("reference_scope") == REFERENCE_NONE:
+        return "; the --baseline run held none of its points: judged on its own history"
     if not _matched_none(d) or d.get("reference_scope") == REFERENCE_STEPS:
         return ""
     return "; read against a --baseline run whose weights matched at no checkpoint"
@@ -255,6 +258,11 @@ def reference_text(summary: dict) -> str | None:
     said = f"judged against the reference run {run} (--baseline)"
     if "reference_shared_until" not in d:  # a summary from before the field: nothing to say of it
         return said
+    if d.get("reference_scope") == REFERENCE_NONE:
+        return (
+            f"{said}, which held none of this run's points (no common step, another save cadence, or "
+            "it ended first): every series was read against this run's own history"
+        )
     if not _matched_none(d):
         return f"{said}; their weights matched at every common checkpoint up to step {d['reference_shared_until']}"
     if d.get("reference_scope") == REFERENCE_STEPS:
