@@ -367,15 +367,30 @@ def test_a_baseline_of_another_model_is_refused_by_name(tmp_path):
     said = " ".join(r.output.split())
     assert (
         f"{deeper}: --baseline run: another model:" in said
-        and "2 layers x 4 heads here, 3 layers x 4 heads in the reference run" in said
+        and "another model: 2 layers here, 3 in the reference run; give a run of the same model" in said
     )
     assert (
         "could not be judged"
         in json.loads((tmp_path / "a" / "summary.json").read_text())["verdict"]["reason"]
     )
+    moe = make_run(tmp_path / "moe", n=4, moe=True)  # the same attention, with experts: another model
+    r = CliRunner().invoke(
+        main, ["analyze", str(run), "--baseline", str(moe), "-o", str(tmp_path / "m"), "-q"]
+    )
+    assert r.exit_code == 2 and "another model: 0 experts here, 4 in the reference run" in " ".join(
+        r.output.split()
+    )
     other_seed = make_run(tmp_path / "seed", n=4, seed=5)
     res = analyze(run, out_dir=tmp_path / "b", baseline=other_seed)
-    assert res.summary["detection"]["reference_scope"] == "step_size"
+    d = res.summary["detection"]
+    assert (d["reference_scope"], d["reference_steps_held"], d["reference_identical"]) == (
+        "step_size",
+        [4, 4],
+        False,
+    )
+    copy = make_run(tmp_path / "copy", n=4)  # the same seed: the same weights at every checkpoint
+    d = analyze(run, out_dir=tmp_path / "c", baseline=copy).summary["detection"]
+    assert (d["reference_shared_until"], d["reference_identical"]) == (400, True)
 
 
 def test_a_baseline_that_is_the_run_or_no_run_is_refused_by_name(tmp_path):

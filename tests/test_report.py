@@ -1026,7 +1026,10 @@ def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share
     }
     text = " ".join(render_terminal(res, width=400).split())
     said = "judged against the reference run /runs/healthy (--baseline)"
-    assert f"baseline: {said}; their weights matched at every common checkpoint up to step 300" in text
+    assert (
+        f"baseline: {said}, read for every series; their weights matched at every common checkpoint up to step 300"
+        in text
+    )
     assert "matched at every common checkpoint up to step 300" in render_html(res)
     res.summary["detection"]["reference_shared_until"] = None
     text = " ".join(render_terminal(res, width=400).split())
@@ -1046,11 +1049,22 @@ def test_a_verdict_read_against_a_reference_run_says_how_much_history_they_share
         and "--baseline" not in data.outcome(res.summary).text
     )
     assert "for the step sizes (q, k, router update ratios); the series' own recent baseline" in text
-    res.summary["detection"]["reference_scope"] = REFERENCE_NONE  # it held none of the run's points
+    res.summary["detection"].update(reference_scope=REFERENCE_NONE, reference_steps_held=[5, 15])  # too few
     text = " ".join(render_terminal(res, width=400).split())
-    assert f"baseline: {said}, which held none of this run's points" in text
+    assert (
+        f"baseline: {said}, which could be read at none of this run's points (it holds 5 of this run's 15"
+        in text
+    )
     assert data.outcome(res.summary).text.endswith(
-        "; the --baseline run held none of its points: judged on its own history"
+        "; the --baseline run could be read at none of its points: judged on its own history"
+    )
+    res.summary["detection"].update(
+        reference_scope="all", reference_shared_until=1500, reference_identical=True
+    )
+    text = " ".join(render_terminal(res, width=400).split())  # a copy of the run
+    assert f"baseline: {said}; their weights match at every checkpoint of this run: nothing differs" in text
+    assert data.outcome(res.summary).text.endswith(
+        "; the --baseline run's weights match this run's at every checkpoint"
     )
     del res.summary["detection"]["reference_shared_until"]  # a summary written before the field
     assert data.reference_text(res.summary) == "judged against the reference run /runs/healthy (--baseline)"

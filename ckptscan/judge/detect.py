@@ -565,14 +565,22 @@ def _weights_alone(name: str) -> bool:
 
 
 def other_model(timeline, ref_timeline) -> str | None:
-    """Why a reference run (``--baseline``) is not a run of this run's model, read from the series
-    both computed: one whose layers or heads differ in number ("2 layers x 4 heads; the reference
-    run 4 x 8", at the first such series), or no series in common at all; None where every common
-    series has this run's shape.  Layer k of another model is no match for this run's layer k."""
+    """Why a reference run (``--baseline``) is not a run of this run's model: the shape its layout
+    read (``MODEL_SHAPE``: layers, heads, widths, experts; a dense model against a MoE one), or,
+    where a timeline carries no layout, the series both computed: one whose layers or heads differ
+    in number (at the first such series), or no series in common at all; None where they agree.
+    Layer k of another model is no match for this run's layer k."""
     if not timeline.names():  # nothing of this run was read: its own verdict says so
         return None
     if not ref_timeline.names():
         return "none of its checkpoints could be read"
+    mine, theirs = _shape_of(timeline.meta), _shape_of(ref_timeline.meta)
+    if mine and theirs and mine != theirs:
+        return "another model: " + "; ".join(
+            f"{mine[key]} {word} here, {theirs[key]} in the reference run"
+            for key, word in MODEL_SHAPE
+            if mine[key] != theirs[key]
+        )
     common = [n for n in timeline.names() if n in ref_timeline]
     if not common:
         return "it has no monitor series in common with this run (another layout)"
@@ -581,6 +589,25 @@ def other_model(timeline, ref_timeline) -> str | None:
         if mine != theirs:
             return f"another model: {name} has {_shape(mine)} here, {_shape(theirs)} in the reference run"
     return None
+
+
+MODEL_SHAPE = (  # the layout's config keys that make two runs the same model, in words
+    ("n_layers", "layers"),
+    ("n_heads", "query heads"),
+    ("n_kv_heads", "KV heads"),
+    ("head_dim", "head dim"),
+    ("hidden_size", "hidden"),
+    ("n_experts", "experts"),
+)
+
+
+def _shape_of(meta: dict) -> dict:
+    """The model's shape as the run's layout read it (``MODEL_SHAPE``; empty where the timeline
+    carries no layout); no experts reads 0."""
+    config = ((meta or {}).get("layout") or {}).get("config") or {}
+    if not config:
+        return {}
+    return {key: config.get(key) or 0 for key, _ in MODEL_SHAPE}
 
 
 def _shape(shape: tuple) -> str:

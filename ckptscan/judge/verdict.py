@@ -135,6 +135,15 @@ def judge(
             "reference_run": reference.run if reference is not None else None,
             # the last common checkpoint up to which the two runs' weights matched (None: none)
             "reference_shared_until": detection.shared_until,
+            # [this run's checkpoints the reference run holds too, this run's checkpoints]
+            "reference_steps_held": _held(timeline, reference.timeline) if reference is not None else None,
+            # it holds every checkpoint of this run, with the same weights: nothing differs to read
+            "reference_identical": (
+                reference is not None
+                and len(timeline.steps) > 0
+                and detection.shared_until == int(timeline.steps[-1])
+                and _held(timeline, reference.timeline)[0] == len(timeline.steps)
+            ),
             # what the reference run was read for (``detect.reference_scope``); None: no reference
             "reference_scope": detection.reference_scope,
             "reference_out": reference.out if reference is not None else None,
@@ -142,6 +151,12 @@ def judge(
         },
     }
     return _clean(out)
+
+
+def _held(timeline, ref_timeline) -> list[int]:
+    """[how many of the run's checkpoint steps the reference run holds too, how many it has]."""
+    theirs = {int(s) for s in ref_timeline.steps}
+    return [sum(int(s) in theirs for s in timeline.steps), len(timeline.steps)]
 
 
 def unseen_divergence(loss: dict, steps, misaligned: str | None) -> int | None:

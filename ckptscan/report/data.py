@@ -154,10 +154,19 @@ def _unmatched(summary: dict) -> str:
     say otherwise; a summary written before says nothing of its scope.)"""
     d = detection(summary)
     if d.get("baseline") == REFERENCE_BASELINE and d.get("reference_scope") == REFERENCE_NONE:
-        return "; the --baseline run held none of its points: judged on its own history"
+        return "; the --baseline run could be read at none of its points: judged on its own history"
+    if _matched_all(d):
+        return "; the --baseline run's weights match this run's at every checkpoint"
     if not _matched_none(d) or d.get("reference_scope") == REFERENCE_STEPS:
         return ""
     return "; read against a --baseline run whose weights matched at no checkpoint"
+
+
+def _matched_all(d: dict) -> bool:
+    """A ``detection`` read against a reference run that holds every checkpoint of this run with
+    the same weights (``reference_identical``): a copy of the run, or a run that repeated it bit
+    for bit; nothing differs to read against it."""
+    return d.get("baseline") == REFERENCE_BASELINE and d.get("reference_identical") is True
 
 
 def _matched_none(d: dict) -> bool:
@@ -258,13 +267,28 @@ def reference_text(summary: dict) -> str | None:
     said = f"judged against the reference run {run} (--baseline)"
     if "reference_shared_until" not in d:  # a summary from before the field: nothing to say of it
         return said
+    held = d.get("reference_steps_held")
+    holds = (
+        f"it holds {held[0]} of this run's {held[1]} checkpoints; "
+        if isinstance(held, list) and len(held) == 2
+        else ""
+    )
     if d.get("reference_scope") == REFERENCE_NONE:
         return (
-            f"{said}, which held none of this run's points (no common step, another save cadence, or "
-            "it ended first): every series was read against this run's own history"
+            f"{said}, which could be read at none of this run's points ({holds}a series is read against "
+            "a reference only where it holds every checkpoint of it, an update ratio only where both runs "
+            "saved last at the same step): every series was read against this run's own history"
+        )
+    if _matched_all(d):
+        return (
+            f"{said}; their weights match at every checkpoint of this run: nothing differs to read against "
+            "it (a copy of this run, or a run that repeated it bit for bit)"
         )
     if not _matched_none(d):
-        return f"{said}; their weights matched at every common checkpoint up to step {d['reference_shared_until']}"
+        return (
+            f"{said}, read for every series; their weights matched at every common checkpoint up to step "
+            f"{d['reference_shared_until']}"
+        )
     if d.get("reference_scope") == REFERENCE_STEPS:
         return (
             f"{said}, for the step size alone: their weights matched at none of their common "
