@@ -2123,8 +2123,9 @@ class Detection:
     # the model's per-head structure series (layers x query heads with a D2-entropy column, read or
     # not): what the lone-head bar grows with (``lone_bar``)
     head_series: int = 0
-    # against a reference run (``--baseline``): ``REFERENCE_ALL`` or ``REFERENCE_STEPS``, what it was
-    # read for (``reference_scope``), and ``shared_until`` its result; None: no reference run
+    # against a reference run (``--baseline``): what it was read for (``REFERENCE_ALL``,
+    # ``REFERENCE_STEPS``: ``reference_scope``; ``REFERENCE_NONE`` where no column could be read
+    # against it), and ``shared_until`` its result; None: no reference run
     reference_scope: str | None = None
     shared_until: int | None = None
 
