@@ -63,9 +63,17 @@ class ReplayError(InputError):
     """A replay activation file breaks the contract (docs/replay.md)."""
 
 
+DESCRIBE_CHARS = 200  # the most of an exception's message ``describe`` keeps
+
+
 def describe(err: BaseException) -> str:
-    """An exception as one short line: ``TypeName: first 200 characters of its message``."""
-    text = " ".join(str(err).split())[:200]
+    """An exception as one short line: ``TypeName: message``, a message longer than
+    ``DESCRIBE_CHARS`` cut at the last word boundary before it and marked `` ...`` (a reason cut
+    mid-word reads as a typo in a file name)."""
+    text = " ".join(str(err).split())
+    if len(text) > DESCRIBE_CHARS:
+        cut = text[:DESCRIBE_CHARS]
+        text = (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " ..."
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 

@@ -223,3 +223,18 @@ def test_a_reader_closing_stdout_early_is_not_a_failure_of_the_analysis(tmp_path
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141 and "error" not in err, err
     assert ET.parse(junit).getroot().find("testsuite/testcase/failure").get("type") == "lowprec_attention"
+
+
+def test_a_long_error_is_cut_at_a_word_and_marked():
+    """``describe`` keeps an exception to one line; a message longer than ``DESCRIBE_CHARS`` is cut
+    at the last word boundary before it and ends `` ...``, never mid-word (a reason cut inside a
+    file name reads as a typo in it); a short one is kept whole."""
+    from ckptscan.errors import DESCRIBE_CHARS, describe
+
+    long = ValueError("looked for " + ", ".join(f"pattern{i}.safetensors" for i in range(40)))
+    said = describe(long)
+    assert said.startswith("ValueError: looked for pattern0.safetensors,") and said.endswith(" ...")
+    kept = said.removeprefix("ValueError: ").removesuffix(" ...")
+    assert len(kept) <= DESCRIBE_CHARS and str(long).startswith(kept) and str(long)[len(kept)] == " "
+    assert describe(ValueError("short\n  one")) == "ValueError: short one"
+    assert describe(ValueError("x" * 300)) == "ValueError: " + "x" * DESCRIBE_CHARS + " ..."
