@@ -256,10 +256,11 @@ class Params:
     #                         for the classifier) is read against their level from ``RISE_SPAN`` settling
     #                         times to 1/this of that before (3: until the holdout33 freeze)
     unshared_steps: bool = True  # a reference run whose weights matched the run's at no common
-    #                              checkpoint (``shared_until`` None: another seed) scores the
-    #                              step-size series alone; every other series, and every whole-model
-    #                              rule, reads the run's own history (``REFERENCE_STEPS``; False: it
-    #                              scores every series, the rules before 2026-12-07)
+    #                              checkpoint but the first (``reference_scope``: another seed, or
+    #                              the same init on other batches) scores the step-size series
+    #                              alone; every other series, and every whole-model rule, reads the
+    #                              run's own history (``REFERENCE_STEPS``; False: it scores every
+    #                              series, the rules before 2026-12-07)
 
 
 @dataclass

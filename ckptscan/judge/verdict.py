@@ -107,6 +107,7 @@ def judge(
         params=params,
     )
 
+    held = _held(timeline, reference.timeline) if reference is not None else None
     log_alarm = loss["log_only_alarm_step"]
     earliest = verdict["earliest_step"]
     lead = div - earliest if (div is not None and earliest is not None and not misaligned) else None
@@ -136,13 +137,13 @@ def judge(
             # the last common checkpoint up to which the two runs' weights matched (None: none)
             "reference_shared_until": detection.shared_until,
             # [this run's checkpoints the reference run holds too, this run's checkpoints]
-            "reference_steps_held": _held(timeline, reference.timeline) if reference is not None else None,
+            "reference_steps_held": held,
             # it holds every checkpoint of this run, with the same weights: nothing differs to read
             "reference_identical": (
-                reference is not None
-                and len(timeline.steps) > 0
+                held is not None
+                and held[1] > 0
+                and held[0] == held[1]
                 and detection.shared_until == int(timeline.steps[-1])
-                and _held(timeline, reference.timeline)[0] == len(timeline.steps)
             ),
             # what the reference run was read for (``detect.reference_scope``); None: no reference
             "reference_scope": detection.reference_scope,
