@@ -1925,6 +1925,35 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
         assert detect.rise_alarms(t, detect.Params(rise=0.0)) == []
 
 
+def test_a_rise_is_read_in_the_layers_settled_while_another_has_not(tmp_path):
+    """Saves every 10 steps; from step 805 the LR grows x e^3 per 1000 steps in layer 0 while layer 1
+    has not settled (its early phase held off by the fault's own rise, as on a `holdout65` run whose
+    LR ramped x15 from step 307, in a 20 % warm-up: layer 0 settled at step 170, layer 1 only at
+    480, after the ramp).  The rise rule needed two layers of the model's two, and read nothing:
+    a layer not settled has no rise read, so the settled one never had company.  It now needs two of
+    the layers settled at the point read (``Params.rise_settled``), as the jump rule counts the
+    layers it reads: one here.  Once both have settled, one layer rising alone is still no rise."""
+    for seed in range(4):
+        steps, s = _fine_run_with_projections(seed)
+        t = Timeline.from_arrays(steps, _lr_growth(s, steps, 805, 3.0, layers=slice(0, 1)))
+        both = detect.layer_starts(t)
+        assert (steps[both] < 805).all(), seed
+        late = both.copy()
+        late[1] = len(steps)  # layer 1 never settled
+        assert detect.rise_alarms(t, detect.Params(rise_settled=False), starts=late) == [], seed
+        alarms = detect.rise_alarms(t, starts=late)
+        assert [a.layer for a in alarms] == [0] and 805 < alarms[0].first_step <= 1300, seed
+        _, need = detect.rise_levels(t, starts=late)
+        assert (need[: both[0]] == 0).all() and (need[both[0] :] == 1).all(), seed
+        assert detect.rise_alarms(t, starts=both) == [], seed  # both settled: one layer is not enough
+        # layer 1 settling after the rise began: two are needed from there on, one before
+        mid = both.copy()
+        mid[1] = int(np.searchsorted(steps, alarms[0].first_step))
+        _, need = detect.rise_levels(t, starts=mid)
+        assert (need[mid[1] :] == 2).all() and (need[both[0] : mid[1]] == 1).all(), seed
+        assert detect.rise_alarms(t, starts=mid) == [], seed
+
+
 def test_a_rise_over_a_few_saves_is_read_below_x1_5(tmp_path):
     """Saves every 100 steps, the run settled at step 800: the LR ramped over three saves from step
     1600 (x1.2, x1.45, x1.7, then held), in q, k and the output projections, against a step size
@@ -1951,7 +1980,7 @@ def test_a_rise_over_a_few_saves_is_read_below_x1_5(tmp_path):
         v = judge(tmp_path, t, [])["verdict"]
         assert v["decision"] == "high_lr/rise" and 1600 <= v["earliest_step"] <= 1800, (seed, v["decision"])
         rise, need = detect.rise_levels(t)
-        assert need == 2 and 1.25 <= np.exp(np.nanmax(rise)) < 1.5, seed
+        assert need[-1] == 2 and 1.25 <= np.exp(np.nanmax(rise)) < 1.5, seed
         calm = Timeline.from_arrays(*_fine_run_with_projections(seed, n=30, spacing=100, warmup=200))
         assert judge(tmp_path, calm, [])["verdict"]["fault_type"] == "healthy", seed
 

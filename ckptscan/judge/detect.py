@@ -206,6 +206,10 @@ class Params:
     rise_gradual: float = 1.5  # ... and no one save interval carried more than this share of the rise (a
     #                            jump that fell back most of the way is no rise; 1.0 until the holdout33
     #                            freeze, 0.5 with rise 1.5 before that)
+    rise_settled: bool = True  # ... in the layers it needs of those settled at the point read (two where two
+    #                            are), as the jump rule counts the layers it reads (False: of all with a
+    #                            step size, the rules before holdout67: a layer whose settling the fault
+    #                            held off kept the rise of the layers settled before it unread)
     asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.07  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
@@ -1262,14 +1266,15 @@ def rise_levels(
     params: Params = Params(),
     detectors: Sequence[Detector] = DETECTORS,
     starts: np.ndarray | None = None,
-) -> tuple[np.ndarray, int]:
-    """([N, L], need): per checkpoint and layer, the log rise the rise rule reads (``rise_alarms``):
+) -> tuple[np.ndarray, np.ndarray]:
+    """([N, L], need [N]): per checkpoint and layer, the log rise the rise rule reads (``rise_alarms``):
     the smaller of the attention step size's and the output projections' ``_slow_rise`` over their
     level ``RISE_SPAN`` settling times to 1/``params.rise_near`` of that before (the median there; the settling
     time: the step at which the last layer to settle did, ``starts``: ``layer_starts``; the span
     at least four median save intervals), lowest over ``params.persist`` checkpoints; NaN where either is
-    unread or did not rise so.  ``need``: the layers that must rise together, ``JUMP_LAYERS`` of
-    those with a step size (two where the model has two or more); 0 where none has one."""
+    unread or did not rise so.  ``need``: per checkpoint, the layers that must rise together there,
+    ``JUMP_LAYERS`` of those with a step size that have settled by it (with ``params.rise_settled``;
+    of all with one without), two where two or more are; 0 where none is."""
     g, go = _model_steps(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     n, n_layers = g.shape
@@ -1278,7 +1283,7 @@ def rise_levels(
         starts = layer_starts(timeline, params, detectors)
     settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
     if n < 2 or not settled:
-        return rise, 0
+        return rise, np.zeros(n, dtype=int)
     span = _reference_span(steps, settled)
     persist = max(1, params.persist)
     with_step = np.isfinite(g).any(axis=0)
@@ -1290,7 +1295,14 @@ def rise_levels(
             _slow_rise(g[:, layer], steps, s0, span, persist, params.rise_near, params.rise_gradual),
             _slow_rise(go[:, layer], steps, s0, span, persist, params.rise_near, params.rise_gradual),
         )
-    return rise, _layers_needed(total)
+    if not params.rise_settled:
+        return rise, np.full(n, _layers_needed(total))
+    # a layer counts from the checkpoint it settled at (one that never settled, never): a fault that
+    # raises the step size before a layer settles holds that layer's settling off (its step size
+    # sets a later peak), and must not keep the layers settled before it from being read
+    begins = np.array([int(starts[layer]) if layer < len(starts) else n for layer in range(n_layers)])
+    read = with_step[None, :] & (begins[None, :] <= np.arange(n)[:, None])
+    return rise, np.array([_layers_needed(int(c)) for c in read.sum(axis=1)])
 
 
 def rise_alarms(
@@ -1322,18 +1334,20 @@ def _first_across(
     detectors: Sequence[Detector],
     point_of,
     factors: np.ndarray,
-    need: int,
+    need: int | np.ndarray,
     bar: float,
     persist: int,
     test: str,
 ) -> list[Alarm]:
     """The whole-model step-size alarms (``_step_alarms``) at the first checkpoint where ``need``
     layers' log ``factors`` ([N, L], NaN: unread) reach ``bar`` (a factor), confirmed ``persist`` -
-    1 checkpoints later (the factors read the lowest of that many: all of them are there)."""
+    1 checkpoints later (the factors read the lowest of that many: all of them are there).  ``need``:
+    one count, or one per checkpoint (``rise_levels``); 0 reads nothing there."""
     with np.errstate(invalid="ignore"):
         over = factors >= np.log(bar)
+    needs = np.broadcast_to(np.asarray(need), (len(factors),))
     for i in range(len(factors)):
-        if need == 0 or over[i].sum() < need:
+        if needs[i] == 0 or over[i].sum() < needs[i]:
             continue
         layers = np.flatnonzero(over[i]).tolist()
         return _step_alarms(
