@@ -1927,12 +1927,14 @@ def test_a_slow_step_size_rise_across_the_model_is_high_lr(tmp_path):
 
 def test_a_rise_is_read_in_the_layers_settled_while_another_has_not(tmp_path):
     """Saves every 10 steps; from step 805 the LR grows x e^3 per 1000 steps in layer 0 while layer 1
-    has not settled (its early phase held off by the fault's own rise, as on a `holdout65` run whose
-    LR ramped x15 from step 307, in a 20 % warm-up: layer 0 settled at step 170, layer 1 only at
-    480, after the ramp).  The rise rule needed two layers of the model's two, and read nothing:
-    a layer not settled has no rise read, so the settled one never had company.  It now needs two of
-    the layers settled at the point read (``Params.rise_settled``), as the jump rule counts the
-    layers it reads: one here.  Once both have settled, one layer rising alone is still no rise."""
+    has not settled (the settlings given by hand, as ``run_detection`` passes them: on a `holdout65`
+    run whose LR ramped x15 from step 307, in a 20 % warm-up, the ramp set layer 1's peak, so layer 0
+    settled at step 170 and layer 1 only at 480, after the ramp).  The rise rule needed two layers of
+    the model's two, and read nothing: a layer not settled has no rise read, so the settled one
+    never had company.  It now needs three quarters of the layers settled at the point read (two
+    where two are), and half the model's layers at least (``Params.rise_settled``): one here.  Once
+    both have settled, one layer rising alone is still no rise; and a 16-layer model whose first
+    layer alone has settled is not read from that layer (eight needed)."""
     for seed in range(4):
         steps, s = _fine_run_with_projections(seed)
         t = Timeline.from_arrays(steps, _lr_growth(s, steps, 805, 3.0, layers=slice(0, 1)))
@@ -1944,14 +1946,26 @@ def test_a_rise_is_read_in_the_layers_settled_while_another_has_not(tmp_path):
         alarms = detect.rise_alarms(t, starts=late)
         assert [a.layer for a in alarms] == [0] and 805 < alarms[0].first_step <= 1300, seed
         _, need = detect.rise_levels(t, starts=late)
-        assert (need[: both[0]] == 0).all() and (need[both[0] :] == 1).all(), seed
+        assert (need == 1).all(), seed  # half of two layers; one settled
         assert detect.rise_alarms(t, starts=both) == [], seed  # both settled: one layer is not enough
-        # layer 1 settling after the rise began: two are needed from there on, one before
+        # layer 1 settling where layer 0's rise begins: two are needed from there on
         mid = both.copy()
         mid[1] = int(np.searchsorted(steps, alarms[0].first_step))
         _, need = detect.rise_levels(t, starts=mid)
-        assert (need[mid[1] :] == 2).all() and (need[both[0] : mid[1]] == 1).all(), seed
+        assert (need[mid[1] :] == 2).all() and (need[: mid[1]] == 1).all(), seed
         assert detect.rise_alarms(t, starts=mid) == [], seed
+        # sixteen layers (the two repeated), layer 0 rising, the others not settled
+        deep = {k: np.concatenate([v] * 8, axis=1) for k, v in s.items()}
+        d = Timeline.from_arrays(steps, _lr_growth(deep, steps, 805, 3.0, layers=slice(0, 1)))
+        alone = np.concatenate([late[:1], np.full(15, len(steps))])
+        assert detect.rise_alarms(d, starts=alone) == [], seed
+        _, need = detect.rise_levels(d, starts=alone)
+        assert (need == 8).all(), seed
+        # ... and read once eight have settled and risen together
+        grown = _lr_growth(deep, steps, 805, 3.0, layers=slice(0, 8))
+        eight = np.concatenate([late[:1].repeat(8), np.full(8, len(steps))])
+        rises = detect.rise_alarms(Timeline.from_arrays(steps, grown), starts=eight)
+        assert sorted(a.layer for a in rises) == list(range(8)), seed
 
 
 def test_a_rise_over_a_few_saves_is_read_below_x1_5(tmp_path):

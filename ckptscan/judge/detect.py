@@ -206,10 +206,10 @@ class Params:
     rise_gradual: float = 1.5  # ... and no one save interval carried more than this share of the rise (a
     #                            jump that fell back most of the way is no rise; 1.0 until the holdout33
     #                            freeze, 0.5 with rise 1.5 before that)
-    rise_settled: bool = True  # ... in the layers it needs of those settled at the point read (two where two
-    #                            are), as the jump rule counts the layers it reads (False: of all with a
-    #                            step size, the rules before holdout67: a layer whose settling the fault
-    #                            held off kept the rise of the layers settled before it unread)
+    rise_settled: bool = True  # ... in three quarters of the layers settled at the point read (two where two
+    #                            are), and half the model's layers at least (False: three quarters of
+    #                            all with a step size, the rules before holdout67: a layer whose
+    #                            settling the fault held off kept the settled layers' rise unread)
     asleep: bool = True  # an alarm of a layer (a head) ``dormant`` at its trigger point does not count
     #                      (``_drop_asleep``; False: the rules before)
     fall: float = 0.07  # a slow fall (``fall_alarms``): the layers' median D2 entropy this far (of 1)
@@ -1272,9 +1272,11 @@ def rise_levels(
     level ``RISE_SPAN`` settling times to 1/``params.rise_near`` of that before (the median there; the settling
     time: the step at which the last layer to settle did, ``starts``: ``layer_starts``; the span
     at least four median save intervals), lowest over ``params.persist`` checkpoints; NaN where either is
-    unread or did not rise so.  ``need``: per checkpoint, the layers that must rise together there,
-    ``JUMP_LAYERS`` of those with a step size that have settled by it (with ``params.rise_settled``;
-    of all with one without), two where two or more are; 0 where none is."""
+    unread or did not rise so.  ``need``: per checkpoint, the layers that must rise together there:
+    with ``params.rise_settled``, ``JUMP_LAYERS`` of the layers with a step size that have settled
+    by it (two where two or more have), and half of all the layers with a step size at least (in a
+    2-layer model, one where one has settled); without, ``JUMP_LAYERS`` of all with a step size (two
+    where two or more have); 0 where none has one."""
     g, go = _model_steps(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     n, n_layers = g.shape
@@ -1299,10 +1301,13 @@ def rise_levels(
         return rise, np.full(n, _layers_needed(total))
     # a layer counts from the checkpoint it settled at (one that never settled, never): a fault that
     # raises the step size before a layer settles holds that layer's settling off (its step size
-    # sets a later peak), and must not keep the layers settled before it from being read
+    # sets a later peak), and must not keep the layers settled before it from being read; never
+    # fewer than half the model's layers with a step size (a deep model whose first layer settled
+    # long before the others is not read from that layer alone)
     begins = np.array([int(starts[layer]) if layer < len(starts) else n for layer in range(n_layers)])
     read = with_step[None, :] & (begins[None, :] <= np.arange(n)[:, None])
-    return rise, np.array([_layers_needed(int(c)) for c in read.sum(axis=1)])
+    half = -(-total // 2)
+    return rise, np.array([max(_layers_needed(int(c)), half) for c in read.sum(axis=1)])
 
 
 def rise_alarms(
@@ -1429,7 +1434,9 @@ def lift_levels(
 ) -> tuple[np.ndarray, int]:
     """([N, L], need): per checkpoint and layer, the log lift the lift rule reads (``lift_alarms``):
     the smaller of the attention step size's and the output projections' ``_lift``, lowest over
-    ``params.persist`` checkpoints; NaN where either is unread.  ``need`` as for ``rise_levels``."""
+    ``params.persist`` checkpoints; NaN where either is unread.  ``need``: ``JUMP_LAYERS`` of the
+    layers with a step size (two where two or more have), one count for the whole run: the lift
+    rule reads before the layers settle."""
     g, go = _model_steps(timeline, detectors)
     steps = np.asarray(timeline.steps, dtype=np.float64)
     lift = np.full(g.shape, np.nan)
