@@ -16,7 +16,8 @@
   ``holdout46()``, ``holdout47()``, ``holdout48()``, ``holdout49()``, ``holdout50()``,
   ``holdout51()``, ``holdout52()``, ``holdout53()``, ``holdout54()``, ``holdout55()``,
   ``holdout56()``, ``holdout57()``, ``holdout58()``, ``holdout59()``, ``holdout60()``,
-  ``holdout61()``, ``holdout62()``, ``holdout63()``, ``holdout64()``, ``holdout65()``, ``holdout66()``, ``holdout67()``: the reported
+  ``holdout61()``, ``holdout62()``, ``holdout63()``, ``holdout64()``, ``holdout65()``, ``holdout66()``,
+  ``holdout67()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
