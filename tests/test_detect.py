@@ -1929,7 +1929,7 @@ def test_a_rise_is_read_in_the_layers_settled_while_another_has_not(tmp_path):
     """Saves every 10 steps; from step 805 the LR grows x e^3 per 1000 steps in layer 0 while layer 1
     has not settled (the settlings given by hand, as ``run_detection`` passes them: on a `holdout65`
     run whose LR ramped x15 from step 307, in a 20 % warm-up, the ramp set layer 1's peak, so layer 0
-    settled at step 170 and layer 1 only at 480, after the ramp).  The rise rule needed two layers of
+    settled at step 170 and layer 1 only at 490, after the ramp).  The rise rule needed two layers of
     the model's two, and read nothing: a layer not settled has no rise read, so the settled one
     never had company.  It now needs three quarters of the layers settled at the point read (two
     where two are), and half the model's layers at least (``Params.rise_settled``): one here.  Once
