@@ -139,6 +139,7 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
         "holdout65",
         "holdout66",
         "holdout67",
+        "holdout68",
     ):  # narrow, 2 layers
         narrow = recipes.PARTS[name]()
         assert all(s.layers == 2 and "-L" not in s.recipe and "-H" not in s.recipe for s in narrow), name
