@@ -3327,18 +3327,24 @@ def test_an_lr_ramped_up_over_a_few_blocks_is_read_as_a_jump_of_the_blocks(tmp_p
     rise carried on: the jump rule read on the checkpoints saw nothing, the rise rule reads only
     settled layers, and the run was called healthy (a Mixtral AdamW run of ``holdout21``, its LR
     ramped x30 over 400 steps, the step size x4 within 100).  On the run's blocks of 10
-    checkpoints, the rule the checkpoints use reads it as a jump.  (Both later rules are off for
+    checkpoints, the rule the checkpoints use reads it as a jump.  (The later rules are off for
     the old verdict: the straddle read at the running high past the warm-up's rise,
     ``straddle_warmup``, finds the ramp on the checkpoints of some seeds; the blocks alone find it
-    in every seed.)"""
+    in every seed; and since the ``holdout67`` freeze the rise rule counts its layers among the
+    settled ones, ``rise_settled``, so layer 0's rise is read alone while layer 1 has not settled,
+    after the blocks' jump.)"""
     for seed in range(6):
         steps, s = _ramped(seed)
         t = Timeline.from_arrays(steps, s)
         assert detect.layer_starts(t)[1] == len(steps), seed  # layer 1 never settled
-        old = judge(tmp_path, t, [], params=detect.Params(jump_blocks=False, straddle_warmup=False))[
-            "verdict"
-        ]
+        before = {"jump_blocks": False, "straddle_warmup": False}
+        old = judge(tmp_path, t, [], params=detect.Params(**before, rise_settled=False))["verdict"]
         assert old["fault_type"] == "healthy", (seed, old["decision"])
+        rise = judge(tmp_path, t, [], params=detect.Params(**before))["verdict"]
+        assert rise["decision"] == "high_lr/rise" and 450 < rise["earliest_step"] <= 600, (
+            seed,
+            rise["decision"],
+        )
         blocks = judge(tmp_path, t, [], params=detect.Params(straddle_warmup=False))["verdict"]
         assert blocks["decision"] == "high_lr/jump" and 450 < blocks["earliest_step"] <= 600, seed
         v = judge(tmp_path, Timeline.from_arrays(steps, s), [])["verdict"]
