@@ -1283,7 +1283,9 @@ def rise_levels(
     rise = np.full(g.shape, np.nan)
     if starts is None:
         starts = layer_starts(timeline, params, detectors)
-    settled = [int(s) for s in np.asarray(starts)[:n_layers] if s < n]
+    # per layer, the checkpoint it settled at (n: never, or no settling given for it)
+    begins = np.array([int(starts[layer]) if layer < len(starts) else n for layer in range(n_layers)])
+    settled = [int(s) for s in begins if s < n]
     if n < 2 or not settled:
         return rise, np.zeros(n, dtype=int)
     span = _reference_span(steps, settled)
@@ -1291,7 +1293,7 @@ def rise_levels(
     with_step = np.isfinite(g).any(axis=0)
     total = int(with_step.sum())
     for layer in np.flatnonzero(with_step & np.isfinite(go).any(axis=0)).tolist():
-        s0 = int(starts[layer]) if layer < len(starts) else n
+        s0 = int(begins[layer])
         # both must have risen: NaN (no rise read) in either is NaN here
         rise[:, layer] = np.minimum(
             _slow_rise(g[:, layer], steps, s0, span, persist, params.rise_near, params.rise_gradual),
@@ -1304,7 +1306,6 @@ def rise_levels(
     # sets a later peak), and must not keep the layers settled before it from being read; never
     # fewer than half the model's layers with a step size (a deep model whose first layer settled
     # long before the others is not read from that layer alone)
-    begins = np.array([int(starts[layer]) if layer < len(starts) else n for layer in range(n_layers)])
     read = with_step[None, :] & (begins[None, :] <= np.arange(n)[:, None])
     half = -(-total // 2)
     return rise, np.array([max(_layers_needed(int(c)), half) for c in read.sum(axis=1)])
