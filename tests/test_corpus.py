@@ -124,12 +124,13 @@ def test_a_reference_part_has_one_healthy_run_per_recipe_of_its_part_with_other_
 
 
 def test_the_deeper_part_trains_every_depth_at_every_cadence():
-    part = recipes.PARTS["holdout52"]()
-    healthy = [s for s in part if s.fault == "none" and s.benign is None]
-    assert {(s.layers, s.save_every) for s in healthy} == {
-        (d, e) for d in (4, 6, 8) for e in (10, 25, 50, 100, 250)
-    }
-    assert all(f"-L{s.layers}-" in s.name for s in part)
+    for deep in ("holdout52", "holdout69"):
+        part = recipes.PARTS[deep]()
+        healthy = [s for s in part if s.fault == "none" and s.benign is None]
+        assert {(s.layers, s.save_every) for s in healthy} == {
+            (d, e) for d in (4, 6, 8) for e in (10, 25, 50, 100, 250)
+        }, deep
+        assert all(f"-L{s.layers}-" in s.name for s in part), deep
     for name in (
         "holdout51",
         "holdout61",
