@@ -549,3 +549,41 @@ def test_breakdown_counts_fault_runs_by_the_onsets_phase():
     phases = ["-", "before the run settled", "settled, not yet examined", "examined"]
     assert [line.split("  ")[0].strip() for line in table] == phases  # not the alphabet's order
     assert "1/2" in table[1] and "1/1" in table[2] and "1/1" in table[3]
+
+
+def test_fall_margin_reads_a_fall_from_where_each_layer_stood_as_it_settled():
+    """``benchmarks/corpus/fall_margin.py --reading settling`` (a reading measured, not a rule):
+    each layer's median D2 entropy against the median it held from half its settling step to its
+    settling step, least over three checkpoints, read only after the settling; a layer with fewer
+    than two values there is not read."""
+    import numpy as np
+
+    from benchmarks.corpus.fall_margin import settling_levels
+    from ckptscan.judge import detect
+    from ckptscan.store.timeline import Timeline
+    from tests.test_detect import _fine_run
+
+    steps, s = _fine_run(0)
+    s["attn.D2.entropy2"][:] = 0.6
+    t = Timeline.from_arrays(steps, s)
+    settled = detect.examined_from(t)[0]
+    assert (settled < len(steps)).all()
+    wear = steps > steps[settled].max() + 200  # both layers' heads fall 0.25 after both settled
+    s["attn.D2.entropy2"][wear] = 0.35
+    s["attn.D2.entropy2"][np.flatnonzero(wear)[0] + 1, 1] = 0.5  # one checkpoint of layer 1 higher
+    [(fall, need)] = settling_levels(Timeline.from_arrays(steps, s), persist=3)
+    assert need == 2
+    for layer in range(2):
+        assert np.isnan(fall[: settled[layer] + 1, layer]).all()  # nothing read up to the settling
+        assert np.nanmax(fall[:, layer]) == pytest.approx(0.25, abs=1e-6)
+    first = np.flatnonzero(wear)[0]
+    assert fall[first, 0] == pytest.approx(0.25, abs=1e-6)
+    assert fall[first, 1] == pytest.approx(0.1, abs=1e-6)  # the least over three: 0.6 - 0.5
+    # a layer with one value between half its settling step and its settling step is not read
+    k = settled[1]
+    window = (steps >= steps[k] / 2) & (steps < steps[k])
+    assert window.sum() >= 2
+    s["attn.D2.entropy2"][window, 1] = np.nan
+    assert (detect.examined_from(Timeline.from_arrays(steps, s))[0] == settled).all()
+    [(fall, _)] = settling_levels(Timeline.from_arrays(steps, s), persist=3)
+    assert np.isnan(fall[:, 1]).all() and np.nanmax(fall[:, 0]) == pytest.approx(0.25, abs=1e-6)

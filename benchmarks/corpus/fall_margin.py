@@ -17,6 +17,11 @@ median against the highest it stood at, over three checkpoints, from ``Params.fa
 times its settling step on), against its own bar; ``--reading peak``: the fall from the high after
 the warm-up's peak (``Params.fall_peak``: from the checkpoint at which the step size's peak passed,
 ``detect.warmup_peak``), against its bar.
+``--reading settling``: a reading no rule makes, measured and not kept (docs/detection-history.md,
+"The fall from the settling, measured, and `holdout69`"): the layer's median against the median it
+held from half its settling step to its settling step, from the settling on, least over three
+checkpoints, against ``Params.fall_high``'s bar: a fall that began before the run settled, read
+from where the layer stood as it settled.
 Reads only the stored timelines.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -44,23 +50,70 @@ def largest_fall(result, since: int | None = None, reading: str = "window") -> t
     tl = result.timeline
     div = (result.summary.get("loss") or {}).get("divergence_step")
     best: tuple[float, int | None] = (-np.inf, None)
-    for _, fall, need in detect.fall_levels(tl, starts=detect.examined_from(tl)[0], reading=reading):
+    if reading == "settling":
+        levels = settling_levels(tl, detect.Params().persist)
+    else:
+        levels = [
+            (f, k) for _, f, k in detect.fall_levels(tl, starts=detect.examined_from(tl)[0], reading=reading)
+        ]
+    for fall, need in levels:
         here = margin_cli.largest_at_need(fall, need, tl.steps, div, since)
         if here[0] > best[0]:
             best = here
     return best
 
 
+def settling_levels(timeline, persist: int) -> list[tuple[np.ndarray, int]]:
+    """Per D2-entropy series, ([N, L] falls, need) of ``--reading settling``: per layer, its median
+    over its heads against the median of that from half its settling step to its settling step
+    (``detect.examined_from``; two values at least), less the highest of its values at i .. i +
+    persist - 1, for every checkpoint i after the settling; NaN elsewhere.  ``need``: the layers
+    ``detect.fall_levels`` would need."""
+    from ckptscan.judge import detect
+
+    det = next(d for d in detect.DETECTORS if d.monitor == detect.DEPTH_MONITOR)
+    steps = np.asarray(timeline.steps, dtype=np.float64)
+    n = len(steps)
+    starts = detect.examined_from(timeline)[0]
+    out = []
+    for name in detect._series_for(timeline, det):
+        arr = np.asarray(timeline.get(name), dtype=np.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a checkpoint with no head read
+            med = np.nanmedian(arr.reshape(n, arr.shape[1], -1), axis=2)
+        fall = np.full(med.shape, np.nan)
+        read = np.isfinite(med).any(axis=0)
+        for layer in np.flatnonzero(read).tolist():
+            s0 = int(starts[layer]) if layer < len(starts) else n
+            if s0 >= n:
+                continue
+            settled = steps[s0]
+            held = med[(steps >= settled / 2) & (steps <= settled), layer]
+            held = held[np.isfinite(held)]
+            if len(held) < 2:
+                continue
+            for i in range(s0 + 1, n - persist + 1):
+                now = med[i : i + persist, layer]
+                if np.isfinite(now).all():
+                    fall[i, layer] = float(np.median(held)) - float(now.max())
+        out.append((fall, detect._layers_needed(int(read.sum()))))
+    return out
+
+
 def main(argv=None) -> int:
     ap = margin_cli.parser(__doc__)
     ap.add_argument(
-        "--reading", choices=("window", "high", "peak"), default="window", help="which fall reading"
+        "--reading",
+        choices=("window", "high", "peak", "settling"),
+        default="window",
+        help="which fall reading",
     )
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
     from ckptscan.judge.detect import Params
 
-    need = {"high": Params().fall_high, "peak": Params().fall_peak}.get(args.reading, Params().fall)
+    bars = {"high": Params().fall_high, "peak": Params().fall_peak, "settling": Params().fall_high}
+    need = bars.get(args.reading, Params().fall)
     clean: list[tuple[float, int | None, str]] = []
     read, reach = Counter(), Counter()
     for root in args.ana:
