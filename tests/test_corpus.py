@@ -553,9 +553,9 @@ def test_breakdown_counts_fault_runs_by_the_onsets_phase():
 
 def test_fall_margin_reads_a_fall_from_where_each_layer_stood_as_it_settled():
     """``benchmarks/corpus/fall_margin.py --reading settling`` (a reading measured, not a rule):
-    each layer's median D2 entropy against the median it held from half its settling step to its
-    settling step, least over three checkpoints, read only after the settling; a layer with fewer
-    than two values there is not read."""
+    each layer's median D2 entropy against the median it held from half its own settling step to
+    that step, both included, less the highest over three checkpoints, read only after the
+    settling; a layer with fewer than two values there is not read."""
     import numpy as np
 
     from benchmarks.corpus.fall_margin import settling_levels
@@ -564,26 +564,34 @@ def test_fall_margin_reads_a_fall_from_where_each_layer_stood_as_it_settled():
     from tests.test_detect import _fine_run
 
     steps, s = _fine_run(0)
-    s["attn.D2.entropy2"][:] = 0.6
+    for name in ("attn.q.update_ratio", "attn.k.update_ratio"):  # layer 1's step size peaks later
+        s[name][:, 1, :] *= np.minimum(1.0, steps / 300.0)[:, None]
+    settled = detect.examined_from(Timeline.from_arrays(steps, s))[0]
+    assert settled[0] < settled[1] < len(steps) - 20, settled
+    ent = np.full((len(steps), 2), 0.9)  # before half the settling step: not part of the level
+    for layer, k in enumerate(settled):
+        window = (steps >= steps[k] / 2) & (steps <= steps[k])
+        ent[window, layer] = np.linspace(0.5, 0.7, window.sum())  # median 0.6; not its first, last or max
+        ent[k + 1 :, layer] = 0.6
+    wear = int(np.searchsorted(steps, steps[settled[1]] + 60))  # both layers fall 0.25 from here
+    ent[wear:] = 0.35
+    ent[wear + 2, 0] = 0.5  # one checkpoint of layer 0 higher, the third of the three read at `wear`
+    s["attn.D2.entropy2"] = np.repeat(ent[:, :, None], s["attn.D2.entropy2"].shape[2], axis=2)
     t = Timeline.from_arrays(steps, s)
-    settled = detect.examined_from(t)[0]
-    assert (settled < len(steps)).all()
-    wear = steps > steps[settled].max() + 200  # both layers' heads fall 0.25 after both settled
-    s["attn.D2.entropy2"][wear] = 0.35
-    s["attn.D2.entropy2"][np.flatnonzero(wear)[0] + 1, 1] = 0.5  # one checkpoint of layer 1 higher
-    [(fall, need)] = settling_levels(Timeline.from_arrays(steps, s), persist=3)
+    assert (detect.examined_from(t)[0] == settled).all()
+    [(fall, need)] = settling_levels(t, persist=3)
     assert need == 2
-    for layer in range(2):
-        assert np.isnan(fall[: settled[layer] + 1, layer]).all()  # nothing read up to the settling
-        assert np.nanmax(fall[:, layer]) == pytest.approx(0.25, abs=1e-6)
-    first = np.flatnonzero(wear)[0]
-    assert fall[first, 0] == pytest.approx(0.25, abs=1e-6)
-    assert fall[first, 1] == pytest.approx(0.1, abs=1e-6)  # the least over three: 0.6 - 0.5
+    for layer, k in enumerate(settled):
+        assert np.isnan(fall[: k + 1, layer]).all()  # nothing read up to the layer's own settling
+        assert fall[k + 1, layer] == pytest.approx(0.0, abs=1e-6)  # read from the next checkpoint
+    assert fall[wear, 1] == pytest.approx(0.25, abs=1e-6)
+    assert fall[wear, 0] == pytest.approx(0.1, abs=1e-6)  # the least over three: 0.6 - 0.5
+    assert fall[wear + 3, 0] == pytest.approx(0.25, abs=1e-6)
     # a layer with one value between half its settling step and its settling step is not read
     k = settled[1]
     window = (steps >= steps[k] / 2) & (steps < steps[k])
-    assert window.sum() >= 2
     s["attn.D2.entropy2"][window, 1] = np.nan
-    assert (detect.examined_from(Timeline.from_arrays(steps, s))[0] == settled).all()
-    [(fall, _)] = settling_levels(Timeline.from_arrays(steps, s), persist=3)
-    assert np.isnan(fall[:, 1]).all() and np.nanmax(fall[:, 0]) == pytest.approx(0.25, abs=1e-6)
+    t = Timeline.from_arrays(steps, s)
+    assert (detect.examined_from(t)[0] == settled).all()
+    [(fall, _)] = settling_levels(t, persist=3)
+    assert np.isnan(fall[:, 1]).all() and fall[wear + 3, 0] == pytest.approx(0.25, abs=1e-6)

@@ -19,7 +19,7 @@ the warm-up's peak (``Params.fall_peak``: from the checkpoint at which the step 
 ``detect.warmup_peak``), against its bar.
 ``--reading settling``: a reading no rule makes, measured and not kept (docs/detection-history.md,
 "The fall from the settling, measured, and `holdout69`"): the layer's median against the median it
-held from half its settling step to its settling step, from the settling on, least over three
+held from half its settling step to its settling step, after the settling, least over three
 checkpoints, against ``Params.fall_high``'s bar: a fall that began before the run settled, read
 from where the layer stood as it settled.
 Reads only the stored timelines.
@@ -42,7 +42,8 @@ from benchmarks.corpus import margin_cli  # noqa: E402 -- after the repository r
 
 
 def largest_fall(result, since: int | None = None, reading: str = "window") -> tuple[float, int | None]:
-    """The largest whole-model fall (``detect.fall_levels`` with ``reading``, at the layer the
+    """The largest whole-model fall (``detect.fall_levels`` with ``reading``, or ``settling_levels``
+    for "settling", at the layer the
     rule's count needs, the larger over the D2 series) read from step ``since`` on and before the
     divergence step, and the step it was read at (-inf, None: none read)."""
     from ckptscan.judge import detect
@@ -92,8 +93,8 @@ def settling_levels(timeline, persist: int) -> list[tuple[np.ndarray, int]]:
             held = held[np.isfinite(held)]
             if len(held) < 2:
                 continue
-            for i in range(s0 + 1, n - persist + 1):
-                now = med[i : i + persist, layer]
+            for i in range(s0 + 1, n - max(1, persist) + 1):
+                now = med[i : i + max(1, persist), layer]
                 if np.isfinite(now).all():
                     fall[i, layer] = float(np.median(held)) - float(now.max())
         out.append((fall, detect._layers_needed(int(read.sum()))))
