@@ -76,6 +76,7 @@ def settling_levels(timeline, persist: int) -> list[tuple[np.ndarray, int]]:
     steps = np.asarray(timeline.steps, dtype=np.float64)
     n = len(steps)
     starts = detect.examined_from(timeline)[0]
+    span = max(1, persist)  # the checkpoints one reading covers
     out = []
     for name in detect._series_for(timeline, det):
         arr = np.asarray(timeline.get(name), dtype=np.float64)
@@ -93,8 +94,8 @@ def settling_levels(timeline, persist: int) -> list[tuple[np.ndarray, int]]:
             held = held[np.isfinite(held)]
             if len(held) < 2:
                 continue
-            for i in range(s0 + 1, n - max(1, persist) + 1):
-                now = med[i : i + max(1, persist), layer]
+            for i in range(s0 + 1, n - span + 1):
+                now = med[i : i + span, layer]
                 if np.isfinite(now).all():
                     fall[i, layer] = float(np.median(held)) - float(now.max())
         out.append((fall, detect._layers_needed(int(read.sum()))))
