@@ -104,7 +104,9 @@ def test_parts_are_disjoint_and_cover_the_matrix():
         assert {s.fault for s in part} == {"none", "lowprec-attention", "high-lr", "combined"}
         assert {s.benign for s in part} == {None, "warmup-cut", "data-switch", "rewarm"}
         assert {s.lr_fault["shape"] for s in part if s.lr_fault} == set(faults.LR_SHAPES)
-        assert {s.opt for s in part} >= {"adamw", "sgd"} and {s.moe for s in part} == {True, False}
+        opts = {s.opt for s in part}
+        assert opts >= {"adamw", "sgd"} or (name, opts) == ("holdout70", {"muon", "muon02"}), name
+        assert {s.moe for s in part} == {True, False}
         healthy = {s.recipe for s in part if s.fault == "none" and s.benign is None}
         assert all(s.recipe in healthy for s in part), "every run has a healthy twin"
 
@@ -141,6 +143,7 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
         "holdout66",
         "holdout67",
         "holdout68",
+        "holdout70",
     ):  # narrow, 2 layers
         narrow = recipes.PARTS[name]()
         assert all(s.layers == 2 and "-L" not in s.recipe and "-H" not in s.recipe for s in narrow), name
@@ -595,3 +598,52 @@ def test_fall_margin_reads_a_fall_from_where_each_layer_stood_as_it_settled():
     assert (detect.examined_from(t)[0] == settled).all()
     [(fall, _)] = settling_levels(t, persist=3)
     assert np.isnan(fall[:, 1]).all() and fall[wear + 3, 0] == pytest.approx(0.25, abs=1e-6)
+
+
+@pytest.mark.parametrize("opt", ["muon", "muon02"])
+def test_muon_orthogonalises_the_hidden_matrices_and_adamw_moves_the_rest(opt, tmp_path):
+    spec = RunSpec(framework="plain", model="llama", **{**TINY, "opt": opt})
+    model = build_model(spec)
+    optim = common.build_optimizer(model, spec)
+    sched = common.build_scheduler(optim, spec)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(
+        0, model.config.vocab_size, (2, SEQ_LEN + 1), generator=torch.Generator().manual_seed(0)
+    )
+    _grads(model, ids)
+    grad_q = model.model.layers[0].self_attn.q_proj.weight.grad.clone()
+    optim.step()
+    sched.step()
+    moved = {n: p.detach() - before[n] for n, p in model.named_parameters()}
+    # a hidden matrix's first Muon update is the orthogonalised gradient: its singular values
+    # nearly equal (Newton-Schulz lands them in about 0.7-1.2; the few that are nearly 0 in the
+    # gradient stay small, so the last 4 are left out), where the gradient's spread widely
+    sv = torch.linalg.svdvals(moved["model.layers.0.self_attn.q_proj.weight"])[:-4]
+    gsv = torch.linalg.svdvals(grad_q)[:-4]
+    assert sv.max() / sv.min() < 2.0 and gsv.max() / gsv.min() > 10.0
+    # the embeddings and norms follow AdamW: its first step moves each entry with a gradient by the
+    # LR (times the warm-up's first factor); the rows of tokens not in the batch only decay
+    lr0 = common.lr_at(1, spec)
+    emb = moved["model.embed_tokens.weight"]
+    hit = emb.abs() > lr0 / 2
+    assert (hit.any(dim=1) == torch.isin(torch.arange(emb.shape[0]), ids[:, :-1])).all()
+    assert hit.any() and torch.allclose(emb[hit].abs(), torch.full_like(emb[hit], lr0), rtol=0.02)
+    assert moved["model.norm.weight"].abs().max() > 0
+    # one scheduler drives both: every group's LR is the planned LR of step 2, Muon's at its own scale
+    muon_lr = spec.lr if opt == "muon" else common.MUON02_LR
+    assert [g["lr"] for g in optim.muon.param_groups] == pytest.approx(
+        [muon_lr * common.lr_at(2, spec) / spec.lr]
+    )
+    assert [g["lr"] for g in optim.adamw.param_groups] == pytest.approx([common.lr_at(2, spec)] * 2)
+    # its state dict holds both optimizers' moments and loads without running a pickle
+    torch.save(optim.state_dict(), tmp_path / "opt.pt")
+    state = torch.load(tmp_path / "opt.pt", weights_only=True)
+    assert set(state) == {"muon", "adamw"} and state["muon"]["state"] and state["adamw"]["state"]
+    fresh = common.build_optimizer(build_model(spec), spec)
+    fresh_sched = common.build_scheduler(fresh, spec)
+    fresh.load_state_dict(state)
+    assert fresh.muon.state_dict()["state"].keys() == optim.muon.state_dict()["state"].keys()
+    for _ in range(3):  # ... and a scheduler still drives both after a load (Accelerate does one)
+        fresh_sched.step()
+    assert fresh.muon.param_groups[0]["lr"] == pytest.approx(muon_lr * common.lr_at(4, spec) / spec.lr)
+    assert fresh.adamw.param_groups[0]["lr"] == pytest.approx(common.lr_at(4, spec))

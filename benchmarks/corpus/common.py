@@ -42,7 +42,7 @@ from .schedules import planned_lr
 FAULTS = ("none", "lowprec-attention", "high-lr", "combined")
 BENIGN = (None, "warmup-cut", "data-switch", "rewarm")
 FRAMEWORKS = ("hf", "plain", "lightning")
-OPTIMIZERS = ("adamw", "sgd", "adafactor")
+OPTIMIZERS = ("adamw", "sgd", "adafactor", "muon", "muon02")
 SEQ_LEN, BATCH_SIZE = 64, 8
 NAN_EXTRA_SAVES = 2  # after a non-finite loss, stop at the save at/after it plus this many more
 
@@ -208,8 +208,69 @@ def build_model(spec: RunSpec) -> torch.nn.Module:
     return model_cls(model_config(spec.model, spec.layers, spec.heads, spec.kv_heads, spec.head_dim))
 
 
+MUON02_LR = 0.02  # "muon02": the Muon LR of Keller Jordan's recipe (its own scaling), beside AdamW's
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon on the hidden matrices, AdamW on the rest (embeddings, LM head, norms, biases, any
+    tensor that is not 2-D): the split that Muon is trained with (torch.optim.Muon takes 2-D
+    matrices only).  One optimizer object to the training stacks: its ``param_groups`` are the two
+    inner optimizers' own group dicts, so a scheduler that sets ``group["lr"]`` drives both, and its
+    state dict holds both (plain tensors and numbers: loadable with ``weights_only=True``)."""
+
+    def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], muon_kw: dict, adamw_kw: dict):
+        self.muon = torch.optim.Muon(muon_groups, **muon_kw)
+        self.adamw = torch.optim.AdamW(adamw_groups, **adamw_kw)
+        super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Loading gives the inner optimizers new group dicts (Accelerate reloads the state as it
+        wraps an optimizer): take those, or a scheduler would set LRs that nothing reads."""
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
+        self.param_groups = self.muon.param_groups + self.adamw.param_groups
+
+
+def _muon_adamw(model: torch.nn.Module, spec: RunSpec) -> MuonAdamW:
+    """``muon``: Moonshot's recipe, Muon scaled to AdamW's update RMS (``match_rms_adamw``) at
+    AdamW's LR and weight decay; ``muon02``: Keller Jordan's, Muon at LR 0.02 with its own scaling
+    and no weight decay, AdamW at ``spec.lr`` for the rest.  Momentum 0.95, Nesterov, 5
+    Newton-Schulz steps (torch's defaults)."""
+    outer = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    hidden = [p for p in model.parameters() if p.dim() == 2 and id(p) not in outer]
+    kept = {id(p) for p in hidden}
+    matrices = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in kept]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    adamw = [{"params": matrices, "weight_decay": spec.wd}, {"params": rest, "weight_decay": 0.0}]
+    if spec.opt == "muon":
+        muon_kw = dict(lr=spec.lr, weight_decay=spec.wd, adjust_lr_fn="match_rms_adamw")
+    else:
+        muon_kw = dict(lr=MUON02_LR, weight_decay=0.0, adjust_lr_fn="original")
+    return MuonAdamW([{"params": hidden}], adamw, muon_kw, dict(lr=spec.lr, betas=spec.betas, eps=spec.eps))
+
+
 def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
-    """AdamW / SGD (momentum 0.9) / Adafactor; weight decay on matrices only (biases, norms exempt)."""
+    """AdamW / SGD (momentum 0.9) / Adafactor / Muon with AdamW (``MuonAdamW``); weight decay on
+    matrices only (biases, norms exempt)."""
+    if spec.opt in ("muon", "muon02"):
+        return _muon_adamw(model, spec)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": spec.wd}, {"params": rest, "weight_decay": 0.0}]
@@ -333,6 +394,17 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
             "lr": spec.lr,
             **({"betas": list(spec.betas), "eps": spec.eps} if spec.opt == "adamw" else {}),
             **({"momentum": 0.9} if spec.opt == "sgd" else {}),
+            **({"betas": list(spec.betas), "eps": spec.eps} if spec.opt.startswith("muon") else {}),
+            **(
+                {"muon": {"lr": spec.lr, "adjust_lr_fn": "match_rms_adamw", "weight_decay": spec.wd}}
+                if spec.opt == "muon"
+                else {}
+            ),
+            **(
+                {"muon": {"lr": MUON02_LR, "adjust_lr_fn": "original", "weight_decay": 0.0}}
+                if spec.opt == "muon02"
+                else {}
+            ),
             "weight_decay": spec.wd,
         },
         "schedule": spec.schedule,
