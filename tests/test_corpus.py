@@ -621,13 +621,21 @@ def test_muon_orthogonalises_the_hidden_matrices_and_adamw_moves_the_rest(opt, t
     sv = torch.linalg.svdvals(moved["model.layers.0.self_attn.q_proj.weight"])[:-4]
     gsv = torch.linalg.svdvals(grad_q)[:-4]
     assert sv.max() / sv.min() < 2.0 and gsv.max() / gsv.min() > 10.0
-    # the embeddings and norms follow AdamW: its first step moves each entry with a gradient by the
-    # LR (times the warm-up's first factor); the rows of tokens not in the batch only decay
+    # ... scaled as its recipe says (64 x 64: Moonshot's 0.2 sqrt(64) at the AdamW LR, Keller
+    # Jordan's 1 at 0.02), weight decay only in Moonshot's
     lr0 = common.lr_at(1, spec)
+    scale = lr0 * 0.2 * 8 if opt == "muon" else common.MUON02_LR * lr0 / spec.lr
+    assert 0.6 < sv.median() / scale < 1.3
+    assert optim.muon.param_groups[0]["weight_decay"] == (spec.wd if opt == "muon" else 0.0)
+    # the embeddings, LM head and norms follow AdamW: its first step moves each entry with a
+    # gradient by the LR (times the warm-up's first factor); rows of tokens not in the batch only decay
     emb = moved["model.embed_tokens.weight"]
     hit = emb.abs() > lr0 / 2
     assert (hit.any(dim=1) == torch.isin(torch.arange(emb.shape[0]), ids[:, :-1])).all()
     assert hit.any() and torch.allclose(emb[hit].abs(), torch.full_like(emb[hit], lr0), rtol=0.02)
+    head = moved["lm_head.weight"]
+    close = ((head.abs() / lr0) - 1).abs() < 0.02  # all but the few whose gradient is near eps
+    assert close.float().mean() > 0.99
     assert moved["model.norm.weight"].abs().max() > 0
     # one scheduler drives both: every group's LR is the planned LR of step 2, Muon's at its own scale
     muon_lr = spec.lr if opt == "muon" else common.MUON02_LR
@@ -647,3 +655,33 @@ def test_muon_orthogonalises_the_hidden_matrices_and_adamw_moves_the_rest(opt, t
         fresh_sched.step()
     assert fresh.muon.param_groups[0]["lr"] == pytest.approx(muon_lr * common.lr_at(4, spec) / spec.lr)
     assert fresh.adamw.param_groups[0]["lr"] == pytest.approx(common.lr_at(4, spec))
+
+
+@pytest.mark.parametrize("model", sorted(common.MODELS))
+def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure(model):
+    spec = RunSpec(framework="plain", model=model, **{**TINY, "opt": "muon"})
+    net = build_model(spec)
+    optim = common.build_optimizer(net, spec)
+    muon = [id(p) for g in optim.muon.param_groups for p in g["params"]]
+    adamw = [id(p) for g in optim.adamw.param_groups for p in g["params"]]
+    assert sorted(muon + adamw) == sorted(id(p) for p in net.parameters())
+    names = {id(p): n for n, p in net.named_parameters()}
+    assert all(net.get_parameter(names[i]).dim() == 2 for i in muon)
+    assert all("embed" not in names[i] and "lm_head" not in names[i] for i in muon)
+    # every 2-D matrix but the embeddings and the head is Muon's (the experts' fused 3-D weights are not 2-D)
+    assert {
+        n for n, p in net.named_parameters() if p.dim() == 2 and "embed" not in n and "lm_head" not in n
+    } == {names[i] for i in muon}
+    ids = torch.randint(
+        0, net.config.vocab_size, (2, SEQ_LEN + 1), generator=torch.Generator().manual_seed(1)
+    )
+    calls = []
+
+    def closure():
+        calls.append(1)
+        optim.zero_grad()
+        loss, _ = lm_loss(net, ids)
+        loss.backward()
+        return loss
+
+    assert torch.isfinite(optim.step(closure)) and calls == [1]

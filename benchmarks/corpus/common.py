@@ -213,10 +213,12 @@ MUON02_LR = 0.02  # "muon02": the Muon LR of Keller Jordan's recipe (its own sca
 
 class MuonAdamW(torch.optim.Optimizer):
     """Muon on the hidden matrices, AdamW on the rest (embeddings, LM head, norms, biases, any
-    tensor that is not 2-D): the split that Muon is trained with (torch.optim.Muon takes 2-D
-    matrices only).  One optimizer object to the training stacks: its ``param_groups`` are the two
-    inner optimizers' own group dicts, so a scheduler that sets ``group["lr"]`` drives both, and its
-    state dict holds both (plain tensors and numbers: loadable with ``weights_only=True``)."""
+    tensor that is not 2-D: transformers stores an MoE layer's experts fused, 3-D): the split that
+    Muon is trained with (torch.optim.Muon takes 2-D matrices only).  One optimizer object to the
+    training stacks: its ``param_groups`` are the two inner optimizers' own group dicts, Muon's
+    first (so a stack that logs group 0's LR logs Muon's: 0.02 at the peak for ``muon02``), a
+    scheduler that sets ``group["lr"]`` drives both, and its state dict holds both (plain tensors
+    and numbers: loadable with ``weights_only=True``)."""
 
     def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], muon_kw: dict, adamw_kw: dict):
         self.muon = torch.optim.Muon(muon_groups, **muon_kw)
