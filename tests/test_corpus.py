@@ -685,3 +685,45 @@ def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure
         return loss
 
     assert torch.isfinite(optim.step(closure)) and calls == [1]
+
+
+def test_fall_margin_lists_the_runs_of_one_fault_class_with_their_largest_fall(tmp_path, monkeypatch, capsys):
+    from benchmarks.corpus import fall_margin
+
+    rows = [
+        {"run": "a-healthy", "truth": "healthy", "verdict": "healthy", "onset": None},
+        {"run": "a-lowprec", "truth": "lowprec_attention", "verdict": "healthy", "onset": 300},
+        {"run": "a-combined", "truth": "combined", "verdict": "high_lr", "onset": 300},
+        {"run": "b-lowprec", "truth": "lowprec_attention", "verdict": "lowprec_attention", "onset": 500},
+    ]
+    (tmp_path / "eval.json").write_text(json.dumps({"rows": rows}))
+    falls = {
+        "a-healthy": (0.05, 700),
+        "a-lowprec": (0.094, 1460),
+        "a-combined": (0.2, 400),
+        "b-lowprec": (-math.inf, None),
+    }
+    monkeypatch.setattr("ckptscan.api.load_result", lambda path: Path(path).name)
+    seen = []
+
+    def largest(result, since=None, reading="window"):
+        seen.append((result, since, reading))
+        return falls[result]
+
+    monkeypatch.setattr(fall_margin, "largest_fall", largest)
+    assert (
+        fall_margin.main(["--ana", str(tmp_path), "--reading", "high", "--fault", "lowprec_attention"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "a-lowprec: healthy, largest fall 0.094 (step 1460)",
+        "b-lowprec: lowprec_attention, largest fall none read",
+    ]
+    assert "largest fall: 0.050 (a-healthy, step 700)" in out[2]
+    assert "lowprec_attention runs read: 2; reaching 0.12 at/after the onset: 0" in out
+    assert "combined runs read: 1; reaching 0.12 at/after the onset: 1" in out
+    assert ("a-lowprec", 300, "high") in seen and (
+        "a-healthy",
+        None,
+        "high",
+    ) in seen  # fault runs from their onset

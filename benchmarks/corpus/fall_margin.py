@@ -110,6 +110,12 @@ def main(argv=None) -> int:
         default="window",
         help="which fall reading",
     )
+    ap.add_argument(
+        "--fault",
+        metavar="CLASS",
+        help="also print each run of this true class (lowprec_attention, combined, high_lr): its "
+        "verdict and its largest fall at or after its onset, with the step",
+    )
     args = ap.parse_args(argv)
     from ckptscan.api import load_result
     from ckptscan.judge.detect import Params
@@ -126,8 +132,12 @@ def main(argv=None) -> int:
             if row["truth"] == "healthy":
                 clean.append((*largest_fall(result, reading=args.reading), row["run"]))
             else:
+                fall, step = largest_fall(result, row.get("onset"), args.reading)
                 read[row["truth"]] += 1
-                reach[row["truth"]] += largest_fall(result, row.get("onset"), args.reading)[0] >= need
+                reach[row["truth"]] += fall >= need
+                if row["truth"] == args.fault:
+                    shown = f"{fall:.3f} (step {step})" if np.isfinite(fall) else "none read"
+                    print(f"{row['run']}: {row['verdict']}, largest fall {shown}")
     top = max(clean) if clean else None
     largest = f"{top[0]:.3f} ({top[2]}, step {top[1]})" if top and np.isfinite(top[0]) else "none read"
     print(f"reading: {args.reading}; healthy/benign runs read: {len(clean)}; largest fall: {largest}")
