@@ -17,7 +17,7 @@
   ``holdout51()``, ``holdout52()``, ``holdout53()``, ``holdout54()``, ``holdout55()``,
   ``holdout56()``, ``holdout57()``, ``holdout58()``, ``holdout59()``, ``holdout60()``,
   ``holdout61()``, ``holdout62()``, ``holdout63()``, ``holdout64()``, ``holdout65()``, ``holdout66()``,
-  ``holdout67()``, ``holdout68()``, ``holdout69()``, ``holdout70()``: the reported
+  ``holdout67()``, ``holdout68()``, ``holdout69()``, ``holdout70()``, ``holdout71()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
@@ -26,7 +26,7 @@
   4300-4344, 4400-4444, 4500-4544, 4600-4644, 4700-4744, 4800-4844, 4900-4944, 5000-5044,
   5100-5144, 5200-5244, 5300-5344, 5400-5444, 5500-5544, 5600-5644, 5700-5744, 5800-5844, 5900-5944,
   6000-6044, 6100-6144, 6200-6244, 6300-6344, 6400-6444, 6500-6544, 6600-6644, 6700-6744,
-  6800-6844, 6900-6944, 7000-7044, 7100-7144, 7200-7244, 7300-7344, 7400-7444)
+  6800-6844, 6900-6944, 7000-7044, 7100-7144, 7200-7244, 7300-7344, 7400-7444, 7500-7544)
   and its cycles shifted, each generated after the rules had been chosen again, or (holdout45 to
   holdout47) trained before the rules or table they were judged under were frozen, and not read
   until judged once (docs/detection-history.md says on which parts).  ``holdout52()`` is the first
@@ -36,13 +36,14 @@
   ``holdout58()``, ``holdout59()`` and ``holdout60()`` have them and the narrow models' width (4
   query heads of 16) with 2 and 4 layers; ``holdout61()`` to ``holdout68()`` go
   back to the narrow 2-layer models of ``holdout44()`` to ``holdout51()``; ``holdout69()`` has
-  ``holdout52()``'s deeper ones (4, 6 and 8 layers); ``holdout70()`` trains every recipe with Muon
-  (the hidden matrices; AdamW on the rest), an optimizer no other part has.
+  ``holdout52()``'s deeper ones (4, 6 and 8 layers); ``holdout70()`` and ``holdout71()`` train every
+  recipe with Muon (the hidden matrices; AdamW on the rest), an optimizer no other part has.
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor; Muon in
-``holdout70()``, which has no other), every fault kind and LR shape, and benign events.  Each
-recipe has a healthy run; fault and benign runs are its twins (same seed, model, batches, schedule).
+``holdout70()`` and ``holdout71()``, which have no other), every fault kind and LR shape, and
+benign events.  Each recipe has a healthy run; fault and benign runs are its twins (same seed,
+model, batches, schedule).
 
 Run length by cadence (``STEPS``): 1500 steps for saves every 10-50 steps, 2000 for 100, 4000 for 250.
 Severities were measured on these models (README.md, "Calibration of the faults"): on a decayed
@@ -868,6 +869,14 @@ def holdout70() -> list[RunSpec]:
     return _held_out(seed0=7400, shift=72, opts=("muon", "muon02"))
 
 
+def holdout71() -> list[RunSpec]:
+    """A seventy-fourth held-out part, trained after holdout70 was judged, from a commit that
+    changes no rule, and not read until judged once: holdout70's design again (Muon throughout,
+    ``muon`` and ``muon02`` in turn, 2 layers, the narrow width), so that what Muon does to the
+    verdicts is read on twice the runs.  Other seeds (7500-7544), the cycles shifted by 73."""
+    return _held_out(seed0=7500, shift=73, opts=("muon", "muon02"))
+
+
 REFERENCE_SEED_OFFSET = 50  # a reference part's seeds: its part's seeds + 50 (6850-6894 for holdout64)
 
 
@@ -1049,4 +1058,5 @@ PARTS = {
     "holdout68": holdout68,
     "holdout69": holdout69,
     "holdout70": holdout70,
+    "holdout71": holdout71,
 }
