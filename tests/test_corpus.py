@@ -628,6 +628,12 @@ def test_muon_orthogonalises_the_hidden_matrices_and_adamw_moves_the_rest(opt, t
     scale = lr0 * 0.2 * 8 if opt == "muon" else common.MUON02_LR * lr0 / spec.lr
     assert 0.6 < sv.median() / scale < 1.3
     assert optim.muon.param_groups[0]["weight_decay"] == (spec.wd if opt == "muon" else 0.0)
+    group, recorded = optim.muon.param_groups[0], common.muon_settings(spec)  # what truth.json says
+    assert (group["initial_lr"], group["adjust_lr_fn"], group["weight_decay"]) == (
+        recorded["lr"],
+        recorded["adjust_lr_fn"],
+        recorded["weight_decay"],
+    )
     # the embeddings, LM head and norms follow AdamW: its first step moves each entry with a
     # gradient by the LR (times the warm-up's first factor); rows of tokens not in the batch only decay
     emb = moved["model.embed_tokens.weight"]

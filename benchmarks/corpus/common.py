@@ -209,6 +209,15 @@ def build_model(spec: RunSpec) -> torch.nn.Module:
 
 
 MUON02_LR = 0.02  # "muon02": the Muon LR of Keller Jordan's recipe (its own scaling), beside AdamW's
+MUON_OPTS = ("muon", "muon02")
+
+
+def muon_settings(spec: RunSpec) -> dict:
+    """Muon's LR, scaling and weight decay for a ``muon``/``muon02`` recipe (``_muon_adamw``; the
+    truth file records the same dict)."""
+    if spec.opt == "muon":
+        return {"lr": spec.lr, "adjust_lr_fn": "match_rms_adamw", "weight_decay": spec.wd}
+    return {"lr": MUON02_LR, "adjust_lr_fn": "original", "weight_decay": 0.0}
 
 
 class MuonAdamW(torch.optim.Optimizer):
@@ -261,17 +270,14 @@ def _muon_adamw(model: torch.nn.Module, spec: RunSpec) -> MuonAdamW:
     matrices = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in kept]
     rest = [p for p in model.parameters() if p.dim() < 2]
     adamw = [{"params": matrices, "weight_decay": spec.wd}, {"params": rest, "weight_decay": 0.0}]
-    if spec.opt == "muon":
-        muon_kw = dict(lr=spec.lr, weight_decay=spec.wd, adjust_lr_fn="match_rms_adamw")
-    else:
-        muon_kw = dict(lr=MUON02_LR, weight_decay=0.0, adjust_lr_fn="original")
-    return MuonAdamW([{"params": hidden}], adamw, muon_kw, dict(lr=spec.lr, betas=spec.betas, eps=spec.eps))
+    adamw_kw = dict(lr=spec.lr, betas=spec.betas, eps=spec.eps)
+    return MuonAdamW([{"params": hidden}], adamw, muon_settings(spec), adamw_kw)
 
 
 def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
     """AdamW / SGD (momentum 0.9) / Adafactor / Muon with AdamW (``MuonAdamW``); weight decay on
     matrices only (biases, norms exempt)."""
-    if spec.opt in ("muon", "muon02"):
+    if spec.opt in MUON_OPTS:
         return _muon_adamw(model, spec)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
@@ -396,15 +402,9 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
             "lr": spec.lr,
             **({"betas": list(spec.betas), "eps": spec.eps} if spec.opt == "adamw" else {}),
             **({"momentum": 0.9} if spec.opt == "sgd" else {}),
-            **({"betas": list(spec.betas), "eps": spec.eps} if spec.opt.startswith("muon") else {}),
             **(
-                {"muon": {"lr": spec.lr, "adjust_lr_fn": "match_rms_adamw", "weight_decay": spec.wd}}
-                if spec.opt == "muon"
-                else {}
-            ),
-            **(
-                {"muon": {"lr": MUON02_LR, "adjust_lr_fn": "original", "weight_decay": 0.0}}
-                if spec.opt == "muon02"
+                {"betas": list(spec.betas), "eps": spec.eps, "muon": muon_settings(spec)}
+                if spec.opt in MUON_OPTS
                 else {}
             ),
             "weight_decay": spec.wd,
