@@ -70,7 +70,7 @@ OPTIMIZERS = {  # adamw99b8 and adamw95-eps1e-06: reported part only
     "adamw95-eps1e-06": {"opt": "adamw", "lr": 2e-3, "betas": (0.9, 0.95), "eps": 1e-6, "wd": 0.1},
     "sgd": {"opt": "sgd", "lr": 0.3, "betas": None, "eps": None, "wd": 0.0},
     "adafactor": {"opt": "adafactor", "lr": 0.01, "betas": None, "eps": None, "wd": 0.0},
-    # Muon on the hidden matrices, AdamW (these betas, eps, LR) on the rest: holdout70 only
+    # Muon on the hidden matrices, AdamW (these betas, eps, LR) on the rest: holdout70 and holdout71 only
     "muon": {"opt": "muon", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
     "muon02": {"opt": "muon02", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
 }
@@ -276,7 +276,7 @@ _LR = {
     },
 }
 _LR["adafactor"] = _LR["adamw"]
-# Muon (holdout70): AdamW's severities and LR shapes as they are, not tuned for it
+# Muon (holdout70, holdout71): AdamW's severities and LR shapes as they are, not tuned for it
 _LOWPREC["muon"] = _LOWPREC["muon02"] = _LOWPREC["adamw"]
 _LR["muon"] = _LR["muon02"] = _LR["adamw"]
 _KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ramp", "combined")
