@@ -105,7 +105,11 @@ def test_parts_are_disjoint_and_cover_the_matrix():
         assert {s.benign for s in part} == {None, "warmup-cut", "data-switch", "rewarm"}
         assert {s.lr_fault["shape"] for s in part if s.lr_fault} == set(faults.LR_SHAPES)
         opts = {s.opt for s in part}
-        assert opts >= {"adamw", "sgd"} or (name in ("holdout70", "holdout71") and opts == {"muon", "muon02"})
+        assert (
+            opts >= {"adamw", "sgd"}
+            or (name in ("holdout70", "holdout71") and opts == {"muon", "muon02"})
+            or (name == "holdout72" and {s.opt_tag for s in part} == {"lion99", "lion98b95"})
+        )
         assert {s.moe for s in part} == {True, False}
         healthy = {s.recipe for s in part if s.fault == "none" and s.benign is None}
         assert all(s.recipe in healthy for s in part), "every run has a healthy twin"
@@ -145,6 +149,7 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
         "holdout68",
         "holdout70",
         "holdout71",
+        "holdout72",
     ):  # narrow, 2 layers
         narrow = recipes.PARTS[name]()
         assert all(s.layers == 2 and "-L" not in s.recipe and "-H" not in s.recipe for s in narrow), name
@@ -692,6 +697,49 @@ def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure
         return loss
 
     assert torch.isfinite(optim.step(closure)) and calls == [1]
+
+
+@pytest.mark.parametrize("recipe", ["lion99", "lion98b95"])
+def test_lion_moves_every_entry_by_the_lr_in_the_sign_of_its_interpolated_momentum(recipe, tmp_path):
+    from benchmarks.corpus.recipes import OPTIMIZERS
+
+    spec = RunSpec(framework="plain", model="mixtral", **{**TINY, **OPTIMIZERS[recipe]})
+    model = build_model(spec)
+    optim = common.build_optimizer(model, spec)
+    sched = common.build_scheduler(optim, spec)
+    b1, b2 = spec.betas
+    decays = {id(p) for g in optim.param_groups if g["weight_decay"] == spec.wd > 0 for p in g["params"]}
+    assert decays == {id(p) for p in model.parameters() if p.dim() >= 2}  # the 3-D experts too
+    # the paper's update written out by hand, two steps (the second reads the momentum of the first)
+    ref = {n: p.detach().clone() for n, p in model.named_parameters()}
+    mom = {n: torch.zeros_like(p) for n, p in ref.items()}
+    for step in (1, 2):
+        ids = torch.randint(
+            0, model.config.vocab_size, (2, SEQ_LEN + 1), generator=torch.Generator().manual_seed(step)
+        )
+        optim.zero_grad()
+        _grads(model, ids)
+        lr = common.lr_at(step, spec)
+        assert [g["lr"] for g in optim.param_groups] == pytest.approx([lr, lr])
+        for n, p in model.named_parameters():
+            wd = spec.wd if id(p) in decays else 0.0
+            g = p.grad if p.grad is not None else None
+            if g is None:
+                continue
+            ref[n] = ref[n] * (1 - lr * wd) - lr * torch.sign(b1 * mom[n] + (1 - b1) * g)
+            mom[n] = b2 * mom[n] + (1 - b2) * g
+        optim.step()
+        sched.step()
+        for n, p in model.named_parameters():
+            assert torch.allclose(p.detach(), ref[n], atol=1e-7, rtol=0), n
+    # its state dict loads without running a pickle and holds the momentum the paper's loop holds
+    torch.save(optim.state_dict(), tmp_path / "opt.pt")
+    fresh = common.build_optimizer(build_model(spec), spec)
+    fresh.load_state_dict(torch.load(tmp_path / "opt.pt", weights_only=True))
+    names = {id(p): n for n, p in model.named_parameters()}
+    for mine, theirs in zip(optim.param_groups, fresh.param_groups, strict=True):
+        for p, q in zip(mine["params"], theirs["params"], strict=True):
+            assert torch.allclose(fresh.state[q]["exp_avg"], mom[names[id(p)]], atol=1e-9, rtol=1e-5)
 
 
 def test_fall_margin_lists_the_runs_of_one_fault_class_with_their_largest_fall(tmp_path, monkeypatch, capsys):

@@ -42,7 +42,7 @@ from .schedules import planned_lr
 FAULTS = ("none", "lowprec-attention", "high-lr", "combined")
 BENIGN = (None, "warmup-cut", "data-switch", "rewarm")
 FRAMEWORKS = ("hf", "plain", "lightning")
-OPTIMIZERS = ("adamw", "sgd", "adafactor", "muon", "muon02")
+OPTIMIZERS = ("adamw", "sgd", "adafactor", "muon", "muon02", "lion")
 SEQ_LEN, BATCH_SIZE = 64, 8
 NAN_EXTRA_SAVES = 2  # after a non-finite loss, stop at the save at/after it plus this many more
 
@@ -129,6 +129,9 @@ class RunSpec:
 
     @property
     def opt_tag(self) -> str:
+        if self.opt == "lion":  # lion99 (betas 0.9, 0.99), lion98b95 (0.95, 0.98)
+            b1, b2 = self.betas
+            return f"lion{str(b2)[2:]}" + ("" if b1 == 0.9 else f"b{str(b1)[2:]}")
         if self.opt != "adamw":
             return self.opt
         b1, b2 = self.betas
@@ -274,9 +277,41 @@ def _muon_adamw(model: torch.nn.Module, spec: RunSpec) -> MuonAdamW:
     return MuonAdamW([{"params": hidden}], adamw, muon_settings(spec), adamw_kw)
 
 
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", Algorithm 2): each
+    element moves by exactly the LR, in the direction of the sign of ``beta1 * m + (1 - beta1) * g``;
+    the momentum ``m`` then takes the gradient with ``beta2``; decoupled weight decay (``p *= 1 - lr
+    * wd``).  torch ships no Lion, and the algorithm is these few lines."""
+
+    def __init__(
+        self, params, lr: float, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0
+    ):
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            (b1, b2), lr = group["betas"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                m = state["exp_avg"]
+                p.mul_(1.0 - lr * group["weight_decay"])
+                p.add_(torch.sign(m.mul(b1).add_(p.grad, alpha=1.0 - b1)), alpha=-lr)
+                m.mul_(b2).add_(p.grad, alpha=1.0 - b2)
+        return loss
+
+
 def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
-    """AdamW / SGD (momentum 0.9) / Adafactor / Muon with AdamW (``MuonAdamW``); weight decay on
-    matrices only (biases, norms exempt)."""
+    """AdamW / SGD (momentum 0.9) / Adafactor / Muon with AdamW (``MuonAdamW``) / Lion; weight decay
+    on matrices only (biases, norms exempt)."""
     if spec.opt in MUON_OPTS:
         return _muon_adamw(model, spec)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -286,6 +321,8 @@ def build_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.Optimi
         return torch.optim.AdamW(groups, lr=spec.lr, betas=spec.betas, eps=spec.eps)
     if spec.opt == "sgd":
         return torch.optim.SGD(groups, lr=spec.lr, momentum=0.9)
+    if spec.opt == "lion":
+        return Lion(groups, lr=spec.lr, betas=spec.betas)
     return torch.optim.Adafactor(groups, lr=spec.lr)
 
 
@@ -401,6 +438,7 @@ def write_truth(run: Path, spec: RunSpec, rec: StepRecord, checkpoints: list[str
             "name": spec.opt,
             "lr": spec.lr,
             **({"betas": list(spec.betas), "eps": spec.eps} if spec.opt == "adamw" else {}),
+            **({"betas": list(spec.betas)} if spec.opt == "lion" else {}),
             **({"momentum": 0.9} if spec.opt == "sgd" else {}),
             **(
                 {"betas": list(spec.betas), "eps": spec.eps, "muon": muon_settings(spec)}
