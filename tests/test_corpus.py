@@ -560,6 +560,30 @@ def test_breakdown_counts_fault_runs_by_the_onsets_phase():
     assert "1/2" in table[1] and "1/1" in table[2] and "1/1" in table[3]
 
 
+def test_breakdown_gives_each_recipe_of_one_optimizer_its_own_row():
+    """``optimizer`` pools a name's recipes; ``optimizer settings`` splits them by what truth.json
+    records (LR, betas, eps, weight decay), so that ``lion99`` and ``lion98b95`` are read apart."""
+    from benchmarks.corpus.breakdown import format_tables
+    from benchmarks.corpus.recipes import OPTIMIZERS
+
+    pairs = []
+    for i, recipe in enumerate(("lion99", "lion98b95", "lion98b95")):
+        spec = RunSpec(framework="plain", model="llama", **{**TINY, **OPTIMIZERS[recipe]})
+        opt = {"name": spec.opt, "lr": spec.lr, "betas": list(spec.betas), "weight_decay": spec.wd}
+        row = {"run": f"r{i}", "truth": "high_lr", "detected": i != 1, "class_right": i != 1}
+        row.update(false_alarm=False, verdict="high_lr" if i != 1 else "healthy")
+        pairs.append((row, {"fault": "high-lr", "params": {"optimizer": opt}, "steps_planned": 1000}))
+    text = format_tables(pairs)
+    pooled = text[text.index("optimizer ") :].splitlines()[1]
+    assert pooled.split()[:4] == ["lion", "3", "3", "2/3"]
+    rows = text[text.index("optimizer settings") :].splitlines()[1:3]
+    assert [r.split("  ")[0] for r in rows] == [
+        "lion lr 0.0003 betas 0.9/0.99 wd 1",
+        "lion lr 0.001 betas 0.95/0.98 wd 0.3",
+    ]
+    assert rows[0].split()[7:10] == ["1", "1", "1/1"] and rows[1].split()[7:10] == ["2", "2", "1/2"]
+
+
 def test_fall_margin_reads_a_fall_from_where_each_layer_stood_as_it_settled():
     """``benchmarks/corpus/fall_margin.py --reading settling`` (a reading measured, not a rule):
     each layer's median D2 entropy against the median it held from half its own settling step to

@@ -5,8 +5,9 @@
 
 Joins each eval row (``run`` = the run folder's name) with that run's ``truth.json`` and prints one
 table per dimension: framework, save cadence, fault kind (benign events apart), LR shape, optimizer,
-schedule, model, layers, heads (query / KV), warm-up, and, from the eval row, the onset's phase
-(before the run settled, settled but not yet examined, examined: ``onset_phase``).  Columns: runs;
+optimizer settings (LR, betas, eps, weight decay: a row per recipe of one optimizer), schedule,
+model, layers, heads (query / KV), warm-up, and, from the eval row, the onset's phase (before the
+run settled, settled but not yet examined, examined: ``onset_phase``).  Columns: runs;
 fault runs; detected (of the fault runs: alarm at/after the onset, before the divergence); class
 right (of all runs); false alarms (of all runs: any alarm on a healthy or benign run, an alarm
 before the onset on a fault run); inconclusive verdicts; the medians, over diverged fault runs, of
@@ -33,6 +34,7 @@ DIMENSIONS = {  # drill runs (ckptscan drill) carry fewer params: they read as t
     "fault": lambda t: t["fault"] if not t.get("benign") else f"none ({t['benign']})",
     "lr shape": lambda t: t.get("lr_shape") or ("growth" if t["fault"] in ("high-lr", "combined") else "-"),
     "optimizer": lambda t: (t["params"].get("optimizer") or {"name": "adamw"}).get("name"),
+    "optimizer settings": lambda t: _settings(t["params"].get("optimizer") or {"name": "adamw"}),
     "schedule": lambda t: {"cosine": "cos", "constant": "const"}.get(
         t["params"].get("schedule"), t["params"].get("schedule")
     ),
@@ -48,6 +50,22 @@ ROW_DIMENSIONS = {
 }
 # rows in the run's own order, not the alphabet's (healthy and benign runs, "-", first)
 ORDER = {"onset phase": ("-", *ONSET_PHASES)}
+
+
+def _settings(opt: dict) -> str:
+    """One optimizer recipe: its name, peak LR, betas, eps and weight decay where the truth file
+    records them (``lion lr 0.0003 betas 0.9/0.99 wd 1``), so that two recipes of one optimizer
+    get a row each."""
+    out = [opt.get("name", "adamw")]
+    if opt.get("lr") is not None:
+        out.append(f"lr {opt['lr']:g}")
+    if opt.get("betas"):
+        out.append("betas " + "/".join(f"{b:g}" for b in opt["betas"]))
+    if opt.get("eps") is not None:
+        out.append(f"eps {opt['eps']:g}")
+    if opt.get("weight_decay") is not None:
+        out.append(f"wd {opt['weight_decay']:g}")
+    return " ".join(out)
 
 
 def _layers(model: dict) -> int:
