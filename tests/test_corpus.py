@@ -747,15 +747,21 @@ def test_lion_moves_every_entry_by_the_lr_in_the_sign_of_its_interpolated_moment
         assert [g["lr"] for g in optim.param_groups] == pytest.approx([lr, lr])
         for n, p in model.named_parameters():
             wd = spec.wd if id(p) in decays else 0.0
-            g = p.grad if p.grad is not None else None
-            if g is None:
-                continue
+            g = p.grad
             ref[n] = ref[n] * (1 - lr * wd) - lr * torch.sign(b1 * mom[n] + (1 - b1) * g)
             mom[n] = b2 * mom[n] + (1 - b2) * g
         optim.step()
         sched.step()
         for n, p in model.named_parameters():
             assert torch.allclose(p.detach(), ref[n], atol=1e-7, rtol=0), n
+    # the truth file records the recipe as the optimizer runs it
+    truth = common.write_truth(tmp_path, spec, common.StepRecord(spec), [], {})
+    assert truth["params"]["optimizer"] == {
+        "name": "lion",
+        "lr": spec.lr,
+        "betas": list(spec.betas),
+        "weight_decay": spec.wd,
+    }
     # its state dict loads without running a pickle and holds the momentum the paper's loop holds
     torch.save(optim.state_dict(), tmp_path / "opt.pt")
     fresh = common.build_optimizer(build_model(spec), spec)
@@ -764,6 +770,20 @@ def test_lion_moves_every_entry_by_the_lr_in_the_sign_of_its_interpolated_moment
     for mine, theirs in zip(optim.param_groups, fresh.param_groups, strict=True):
         for p, q in zip(mine["params"], theirs["params"], strict=True):
             assert torch.allclose(fresh.state[q]["exp_avg"], mom[names[id(p)]], atol=1e-9, rtol=1e-5)
+    # Lightning steps with a closure: it is run (under grad) before the gradients are read
+    calls, q = [], model.model.layers[0].self_attn.q_proj.weight
+    before = q.detach().clone()
+    optim.zero_grad()
+
+    def closure():
+        calls.append(1)
+        optim.zero_grad()
+        loss, _ = lm_loss(model, ids)
+        loss.backward()
+        return loss
+
+    assert torch.isfinite(optim.step(closure)) and calls == [1]
+    assert (q.detach() - before).abs().max() > 0
 
 
 def test_fall_margin_lists_the_runs_of_one_fault_class_with_their_largest_fall(tmp_path, monkeypatch, capsys):

@@ -65,6 +65,8 @@ def _settings(opt: dict) -> str:
         out.append(f"eps {opt['eps']:g}")
     if opt.get("weight_decay") is not None:
         out.append(f"wd {opt['weight_decay']:g}")
+    if opt.get("muon"):  # the hidden matrices' own: the rest above are its AdamW side's
+        out.append(f"(muon lr {opt['muon']['lr']:g} wd {opt['muon']['weight_decay']:g})")
     return " ".join(out)
 
 

@@ -279,9 +279,9 @@ def _muon_adamw(model: torch.nn.Module, spec: RunSpec) -> MuonAdamW:
 
 class Lion(torch.optim.Optimizer):
     """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", Algorithm 2): each
-    element moves by exactly the LR, in the direction of the sign of ``beta1 * m + (1 - beta1) * g``;
-    the momentum ``m`` then takes the gradient with ``beta2``; decoupled weight decay (``p *= 1 - lr
-    * wd``).  torch ships no Lion, and the algorithm is these few lines."""
+    element moves by the LR against the sign of ``beta1 * m + (1 - beta1) * g`` (not at all where
+    that is 0), after a decoupled weight decay (``p *= 1 - lr * wd``); the momentum ``m`` then takes
+    the gradient with ``beta2``.  torch ships no Lion, and the algorithm is these few lines."""
 
     def __init__(
         self, params, lr: float, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0
