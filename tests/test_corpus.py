@@ -34,9 +34,9 @@ def _grads(model, ids):
     return ce.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("name", ["llama", "mixtral"])
+@pytest.mark.parametrize("name", ["llama", "mixtral", *common.FUSED_QKV_MODELS])
 def test_lowprec_kernel_matches_eager_attention_when_inactive(name):
-    spec = RunSpec(framework="plain", model=name, **TINY)
+    spec = RunSpec(framework="plain", model=name, kv_heads=4 if name in recipes.UNGROUPED else 2, **TINY)
     ours = build_model(spec)
     eager = build_model(spec)
     eager.config._attn_implementation = "eager"
@@ -54,6 +54,14 @@ def test_lowprec_kernel_matches_eager_attention_when_inactive(name):
     finally:
         faults.set_lowprec(1, onset=None, severity=None)
     torch.testing.assert_close(ce_fault, ce_ours)
+    if name in common.FUSED_QKV_MODELS:  # q, k and v in one matrix: its gradient moves
+        fused = next(
+            n
+            for n in g_ours
+            if ".1." in n and n.endswith(("qkv_proj.weight", "query_key_value.weight", "c_attn.weight"))
+        )
+        assert not torch.allclose(g_fault[fused], g_ours[fused])
+        return
     layer = "model.layers.1.self_attn."
     assert not torch.allclose(g_fault[layer + "q_proj.weight"], g_ours[layer + "q_proj.weight"])
     torch.testing.assert_close(g_fault[layer + "v_proj.weight"], g_ours[layer + "v_proj.weight"])
@@ -156,6 +164,19 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
         assert {(s.heads, s.kv_heads, s.head_dim) for s in narrow} == {(4, 2, 16)}, name
     spec = next(s for s in healthy if s.layers == 6)
     assert common.model_config(spec.model, spec.layers).num_hidden_layers == 6
+
+
+def test_the_fused_qkv_part_trains_every_fused_family_at_every_cadence():
+    part = recipes.PARTS["holdout73"]()
+    healthy = [s for s in part if s.fault == "none" and s.benign is None]
+    assert {(s.model, s.save_every) for s in healthy} >= {
+        (m, e) for m in common.FUSED_QKV_MODELS for e in (10, 25, 50, 100, 250)
+    }
+    assert {s.model for s in part} == {*common.FUSED_QKV_MODELS, "mixtral"}
+    for s in part:  # GPT-2 and GPT-NeoX have a KV head per query head, and their names say so
+        ungrouped = s.model in recipes.UNGROUPED
+        assert (s.kv_heads == s.heads) == ungrouped and ("-H4k4-" in s.name) == ungrouped, s.name
+        assert s.layers == 2 and s.head_dim == 16
 
 
 def test_the_wider_part_trains_every_width_at_every_cadence():
@@ -784,6 +805,57 @@ def test_lion_moves_every_entry_by_the_lr_in_the_sign_of_its_interpolated_moment
 
     assert torch.isfinite(optim.step(closure)) and calls == [1]
     assert (q.detach() - before).abs().max() > 0
+
+
+@pytest.mark.parametrize("model", [*common.FUSED_QKV_MODELS, "llama"])
+def test_ckptscan_splits_each_familys_attention_into_the_heads_the_library_computes(model, monkeypatch):
+    """What ckptscan reads as head j's query and key weights (the layout of the family, from the
+    model's own tensor names and config) is what transformers multiplies the attention's input
+    by: at the first position (where RoPE turns nothing) the query and key the attention function
+    receives equal those weights times the input the attention module was given.  A wrong split
+    of a fused projection (per head where it is per group, q|k|v rows where it is q, k, v per
+    head, a Conv1D left untransposed) fails here."""
+    from transformers import AttentionInterface
+
+    from ckptscan.layouts import resolve_layout
+    from tests.test_layouts import Recorder, infos_of
+
+    kv = 4 if model in recipes.UNGROUPED else 2
+    spec = RunSpec(framework="plain", model=model, kv_heads=kv, **TINY)
+    net = build_model(spec)
+    with torch.no_grad():  # the projections' biases off: the heads are the weights alone
+        for name, p in net.named_parameters():
+            if name.endswith("bias") and any(k in name for k in ("qkv", "query_key_value", "c_attn")):
+                p.zero_()
+    sd = {k: v.detach() for k, v in net.state_dict().items()}
+    lay = resolve_layout(infos_of(sd), net.config.to_dict())
+    block = next(b for b in lay.attention if b.layer == 0)
+    q_w, k_w = block.load(Recorder(sd))
+    assert (block.n_heads, block.n_kv_heads, block.head_dim) == (4, kv, 16)
+    seen = {}
+    first = next(
+        m
+        for n, m in net.named_modules()
+        if n.endswith(("0.self_attn", "0.attention", "0.attn", "0.self_attention"))
+    )
+
+    def keep_input(mod, args, kwargs):
+        seen.setdefault("x", (args[0] if args else kwargs["hidden_states"])[:, 0])
+
+    first.register_forward_pre_hook(keep_input, with_kwargs=True)
+
+    def capture(module, query, key, value, *a, **kw):
+        seen.setdefault("q", query[:, :, 0])
+        seen.setdefault("k", key[:, :, 0])
+        return faults.lowprec_attention(module, query, key, value, *a, **kw)
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, faults.ATTN_IMPL, capture)
+    ids = torch.randint(0, 256, (2, SEQ_LEN), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        net(input_ids=ids)
+    x = seen["x"]  # [batch, d]
+    torch.testing.assert_close(seen["q"], torch.einsum("jed,bd->bje", q_w, x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(seen["k"], torch.einsum("jed,bd->bje", k_w, x), rtol=1e-4, atol=1e-5)
 
 
 def test_fall_margin_lists_the_runs_of_one_fault_class_with_their_largest_fall(tmp_path, monkeypatch, capsys):

@@ -20,12 +20,20 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import (
+    FalconConfig,
+    FalconForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
     OlmoeForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2MoeConfig,
     Qwen2MoeForCausalLM,
     Qwen3Config,
@@ -79,8 +87,17 @@ MODELS = {  # name -> (model class, config class, extra config) ; MoE: 4 experts
         ),
     ),
     "olmoe": (OlmoeForCausalLM, OlmoeConfig, dict(intermediate_size=32, num_experts=4, **_MOE)),
+    # fused query/key/value projections (holdout73): Phi-3 (qkv_proj, all q rows, then k, then v;
+    # grouped KV heads), GPT-NeoX (query_key_value, per head q, k, v; rotary on a quarter of each
+    # head), GPT-2 (Conv1D c_attn stored [d, 3d]; learned positions, LayerNorm, GELU; no grouping),
+    # Falcon's new decoder architecture (query_key_value per KV group); no dropout anywhere
+    "phi3": (Phi3ForCausalLM, Phi3Config, dict(intermediate_size=128, resid_pdrop=0.0, embd_pdrop=0.0)),
+    "gptneox": (GPTNeoXForCausalLM, GPTNeoXConfig, dict(intermediate_size=128, hidden_dropout=0.0)),
+    "gpt2": (GPT2LMHeadModel, GPT2Config, dict(n_inner=128, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+    "falcon": (FalconForCausalLM, FalconConfig, dict(new_decoder_architecture=True, ffn_hidden_size=128)),
 }
 MOE_MODELS = ("mixtral", "qwen2moe", "olmoe")
+FUSED_QKV_MODELS = ("phi3", "gptneox", "gpt2", "falcon")
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,11 @@ def model_config(name: str, layers: int = 2, heads: int = 4, kv_heads: int = 2, 
         "head_dim": head_dim,
         "hidden_size": heads * head_dim,
     }
+    if name == "falcon":  # Falcon names its KV heads num_kv_heads, and derives the head width
+        dims["num_kv_heads"] = dims.pop("num_key_value_heads")
+        del dims["head_dim"]
+    if name in ("gpt2", "gptneox"):  # no grouped KV heads (a KV head per query head): the config
+        del dims["num_key_value_heads"]  # says nothing of them, as the real ones do not
     cfg = config_cls(**dims, **extra)
     cfg._attn_implementation = faults.ATTN_IMPL
     return cfg
