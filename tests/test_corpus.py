@@ -714,6 +714,20 @@ def test_muon_orthogonalises_the_hidden_matrices_and_adamw_moves_the_rest(opt, t
     assert fresh.adamw.param_groups[0]["lr"] == pytest.approx(common.lr_at(4, spec))
 
 
+def _steps_with_a_closure(optim, model, ids) -> None:
+    """``optim.step(closure)`` (as Lightning steps) runs the closure once and returns its loss."""
+    calls = []
+
+    def closure():
+        calls.append(1)
+        optim.zero_grad()
+        loss, _ = lm_loss(model, ids)
+        loss.backward()
+        return loss
+
+    assert torch.isfinite(optim.step(closure)) and calls == [1]
+
+
 @pytest.mark.parametrize("model", sorted(common.MODELS))
 def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure(model):
     spec = RunSpec(framework="plain", model=model, **{**TINY, "opt": "muon"})
@@ -723,25 +737,19 @@ def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure
     adamw = [id(p) for g in optim.adamw.param_groups for p in g["params"]]
     assert sorted(muon + adamw) == sorted(id(p) for p in net.parameters())
     names = {id(p): n for n, p in net.named_parameters()}
+    tables = {id(m.weight) for m in net.modules() if isinstance(m, torch.nn.Embedding)}  # tokens, positions
+    assert tables >= {id(net.get_input_embeddings().weight)}
     assert all(net.get_parameter(names[i]).dim() == 2 for i in muon)
-    assert all("embed" not in names[i] and "lm_head" not in names[i] for i in muon)
-    # every 2-D matrix but the embeddings and the head is Muon's (the experts' fused 3-D weights are not 2-D)
+    assert all(i not in tables and "lm_head" not in names[i] for i in muon)
+    # every 2-D matrix but the embedding tables and the head is Muon's (the experts' fused 3-D
+    # weights are not 2-D)
     assert {
-        n for n, p in net.named_parameters() if p.dim() == 2 and "embed" not in n and "lm_head" not in n
+        n for n, p in net.named_parameters() if p.dim() == 2 and id(p) not in tables and "lm_head" not in n
     } == {names[i] for i in muon}
     ids = torch.randint(
         0, net.config.vocab_size, (2, SEQ_LEN + 1), generator=torch.Generator().manual_seed(1)
     )
-    calls = []
-
-    def closure():
-        calls.append(1)
-        optim.zero_grad()
-        loss, _ = lm_loss(net, ids)
-        loss.backward()
-        return loss
-
-    assert torch.isfinite(optim.step(closure)) and calls == [1]
+    _steps_with_a_closure(optim, net, ids)
 
 
 @pytest.mark.parametrize("recipe", ["lion99", "lion98b95"])
@@ -792,18 +800,10 @@ def test_lion_moves_every_entry_by_the_lr_in_the_sign_of_its_interpolated_moment
         for p, q in zip(mine["params"], theirs["params"], strict=True):
             assert torch.allclose(fresh.state[q]["exp_avg"], mom[names[id(p)]], atol=1e-9, rtol=1e-5)
     # Lightning steps with a closure: it is run (under grad) before the gradients are read
-    calls, q = [], model.model.layers[0].self_attn.q_proj.weight
+    q = model.model.layers[0].self_attn.q_proj.weight
     before = q.detach().clone()
     optim.zero_grad()
-
-    def closure():
-        calls.append(1)
-        optim.zero_grad()
-        loss, _ = lm_loss(model, ids)
-        loss.backward()
-        return loss
-
-    assert torch.isfinite(optim.step(closure)) and calls == [1]
+    _steps_with_a_closure(optim, model, ids)
     assert (q.detach() - before).abs().max() > 0
 
 

@@ -245,6 +245,15 @@ def muon_settings(spec: RunSpec) -> dict:
     return {"lr": MUON02_LR, "adjust_lr_fn": "original", "weight_decay": 0.0}
 
 
+def _closure_loss(closure):
+    """An optimizer step's closure run with gradients on (``step`` runs under ``no_grad``), before
+    any gradient is read; its loss, or None without one (Lightning steps with a closure)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class MuonAdamW(torch.optim.Optimizer):
     """Muon on the hidden matrices, AdamW on the rest (embeddings, LM head, norms, biases, any
     tensor that is not 2-D: transformers stores an MoE layer's experts fused, 3-D): the split that
@@ -261,10 +270,7 @@ class MuonAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         self.muon.step()
         self.adamw.step()
         return loss
@@ -289,7 +295,8 @@ def _muon_adamw(model: torch.nn.Module, spec: RunSpec) -> MuonAdamW:
     AdamW's LR and weight decay; ``muon02``: Keller Jordan's, Muon at LR 0.02 with its own scaling
     and no weight decay, AdamW at ``spec.lr`` for the rest.  Momentum 0.95, Nesterov, 5
     Newton-Schulz steps (torch's defaults)."""
-    outer = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    tables = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)]  # GPT-2's positions too
+    outer = {id(model.get_output_embeddings().weight), *map(id, tables)}
     hidden = [p for p in model.parameters() if p.dim() == 2 and id(p) not in outer]
     kept = {id(p) for p in hidden}
     matrices = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in kept]
@@ -312,10 +319,7 @@ class Lion(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         for group in self.param_groups:
             (b1, b2), lr = group["betas"], group["lr"]
             for p in group["params"]:
