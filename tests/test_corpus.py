@@ -36,7 +36,9 @@ def _grads(model, ids):
 
 @pytest.mark.parametrize("name", ["llama", "mixtral", *common.FUSED_QKV_MODELS])
 def test_lowprec_kernel_matches_eager_attention_when_inactive(name):
-    spec = RunSpec(framework="plain", model=name, kv_heads=4 if name in recipes.UNGROUPED else 2, **TINY)
+    spec = RunSpec(
+        framework="plain", model=name, kv_heads=4 if name in common.UNGROUPED_MODELS else 2, **TINY
+    )
     ours = build_model(spec)
     eager = build_model(spec)
     eager.config._attn_implementation = "eager"
@@ -54,13 +56,17 @@ def test_lowprec_kernel_matches_eager_attention_when_inactive(name):
     finally:
         faults.set_lowprec(1, onset=None, severity=None)
     torch.testing.assert_close(ce_fault, ce_ours)
-    if name in common.FUSED_QKV_MODELS:  # q, k and v in one matrix: its gradient moves
-        fused = next(
-            n
-            for n in g_ours
-            if ".1." in n and n.endswith(("qkv_proj.weight", "query_key_value.weight", "c_attn.weight"))
-        )
-        assert not torch.allclose(g_fault[fused], g_ours[fused])
+    if name in common.FUSED_QKV_MODELS:  # q, k and v in one matrix: split it as ckptscan does
+        from ckptscan.layouts import resolve_layout
+        from tests.test_layouts import Recorder, infos_of
+
+        lay = resolve_layout(infos_of(g_ours), ours.config.to_dict())
+        block = next(b for b in lay.attention if b.layer == 1)
+        (fused,) = block.tensors
+        moved = g_fault[fused] - g_ours[fused]
+        dq, dk = block.load(Recorder({fused: moved}))
+        assert dq.norm() > 0 and dk.norm() > 0  # the q and k rows moved, and nothing else did
+        torch.testing.assert_close(moved.norm() ** 2, dq.norm() ** 2 + dk.norm() ** 2, rtol=1e-4, atol=0)
         return
     layer = "model.layers.1.self_attn."
     assert not torch.allclose(g_fault[layer + "q_proj.weight"], g_ours[layer + "q_proj.weight"])
@@ -174,7 +180,7 @@ def test_the_fused_qkv_part_trains_every_fused_family_at_every_cadence():
     }
     assert {s.model for s in part} == {*common.FUSED_QKV_MODELS, "mixtral"}
     for s in part:  # GPT-2 and GPT-NeoX have a KV head per query head, and their names say so
-        ungrouped = s.model in recipes.UNGROUPED
+        ungrouped = s.model in common.UNGROUPED_MODELS
         assert (s.kv_heads == s.heads) == ungrouped and ("-H4k4-" in s.name) == ungrouped, s.name
         assert s.layers == 2 and s.head_dim == 16
 
@@ -730,7 +736,8 @@ def _steps_with_a_closure(optim, model, ids) -> None:
 
 @pytest.mark.parametrize("model", sorted(common.MODELS))
 def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure(model):
-    spec = RunSpec(framework="plain", model=model, **{**TINY, "opt": "muon"})
+    kv = 4 if model in common.UNGROUPED_MODELS else 2
+    spec = RunSpec(framework="plain", model=model, kv_heads=kv, **{**TINY, "opt": "muon"})
     net = build_model(spec)
     optim = common.build_optimizer(net, spec)
     muon = [id(p) for g in optim.muon.param_groups for p in g["params"]]
@@ -807,55 +814,109 @@ def test_lion_moves_every_entry_by_the_lr_in_the_sign_of_its_interpolated_moment
     assert (q.detach() - before).abs().max() > 0
 
 
+ROPE = {  # what ckptscan must read from each family's config.json: RoPE or not, and on what share
+    "phi3": 1.0,
+    "gptneox": 0.25,
+    "gpt2": None,  # learned positions
+    "falcon": 1.0,
+    "llama": 1.0,
+}
+
+
 @pytest.mark.parametrize("model", [*common.FUSED_QKV_MODELS, "llama"])
-def test_ckptscan_splits_each_familys_attention_into_the_heads_the_library_computes(model, monkeypatch):
+def test_ckptscan_splits_each_familys_attention_into_the_heads_the_library_computes(
+    model, monkeypatch, tmp_path
+):
     """What ckptscan reads as head j's query and key weights (the layout of the family, from the
-    model's own tensor names and config) is what transformers multiplies the attention's input
-    by: at the first position (where RoPE turns nothing) the query and key the attention function
-    receives equal those weights times the input the attention module was given.  A wrong split
-    of a fused projection (per head where it is per group, q|k|v rows where it is q, k, v per
-    head, a Conv1D left untransposed) fails here."""
+    model's own tensor names and the config.json the training stacks write) and the RoPE it reads
+    there are what transformers computes: at every position, the query and key the attention
+    function receives equal those weights times the attention module's input, rotated as ckptscan
+    rotates them.  A wrong split of a fused projection (per head where it is per group, q|k|v rows
+    where it is q, k, v per head, a Conv1D left untransposed, heads permuted) or a wrong RoPE
+    share fails here.  The projections' biases are zeroed: ckptscan reads the weights alone
+    (docs/layouts.md)."""
     from transformers import AttentionInterface
 
     from ckptscan.layouts import resolve_layout
+    from ckptscan.monitors.activations import RopeSpec, _project
     from tests.test_layouts import Recorder, infos_of
 
-    kv = 4 if model in recipes.UNGROUPED else 2
+    kv = 4 if model in common.UNGROUPED_MODELS else 2
     spec = RunSpec(framework="plain", model=model, kv_heads=kv, **TINY)
     net = build_model(spec)
-    with torch.no_grad():  # the projections' biases off: the heads are the weights alone
+    with torch.no_grad():
         for name, p in net.named_parameters():
             if name.endswith("bias") and any(k in name for k in ("qkv", "query_key_value", "c_attn")):
                 p.zero_()
+    net.config.save_pretrained(tmp_path)
     sd = {k: v.detach() for k, v in net.state_dict().items()}
-    lay = resolve_layout(infos_of(sd), net.config.to_dict())
-    block = next(b for b in lay.attention if b.layer == 0)
-    q_w, k_w = block.load(Recorder(sd))
-    assert (block.n_heads, block.n_kv_heads, block.head_dim) == (4, kv, 16)
+    lay = resolve_layout(infos_of(sd), json.loads((tmp_path / "config.json").read_text()))
+    rope = RopeSpec.of(lay.config)
+    assert (rope.fraction if rope is not None else None) == ROPE[model]
     seen = {}
-    first = next(
-        m
-        for n, m in net.named_modules()
-        if n.endswith(("0.self_attn", "0.attention", "0.attn", "0.self_attention"))
-    )
-
-    def keep_input(mod, args, kwargs):
-        seen.setdefault("x", (args[0] if args else kwargs["hidden_states"])[:, 0])
-
-    first.register_forward_pre_hook(keep_input, with_kwargs=True)
 
     def capture(module, query, key, value, *a, **kw):
-        seen.setdefault("q", query[:, :, 0])
-        seen.setdefault("k", key[:, :, 0])
+        seen.setdefault(module.layer_idx, (query, key))
         return faults.lowprec_attention(module, query, key, value, *a, **kw)
 
+    def keep_input(layer):
+        def hook(mod, args, kwargs):
+            seen.setdefault(("x", layer), args[0] if args else kwargs["hidden_states"])
+
+        return hook
+
+    for b in lay.attention:
+        block = next(
+            m
+            for n, m in net.named_modules()
+            if n.endswith(
+                tuple(f"{b.layer}.{a}" for a in ("self_attn", "attention", "attn", "self_attention"))
+            )
+        )
+        block.register_forward_pre_hook(keep_input(b.layer), with_kwargs=True)
     monkeypatch.setitem(AttentionInterface._global_mapping, faults.ATTN_IMPL, capture)
     ids = torch.randint(0, 256, (2, SEQ_LEN), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         net(input_ids=ids)
-    x = seen["x"]  # [batch, d]
-    torch.testing.assert_close(seen["q"], torch.einsum("jed,bd->bje", q_w, x), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(seen["k"], torch.einsum("jed,bd->bje", k_w, x), rtol=1e-4, atol=1e-5)
+    assert [b.layer for b in lay.attention] == [0, 1]
+    for b in lay.attention:
+        assert (b.n_heads, b.n_kv_heads, b.head_dim) == (4, kv, 16)
+        q_w, k_w = b.load(Recorder(sd))
+        query, key = seen[b.layer]  # [batch, heads, T, h]
+        for i, x in enumerate(seen[("x", b.layer)]):  # [T, d]
+            on = rope if b.rope else None
+            torch.testing.assert_close(query[i], _project(x, q_w, on), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(key[i], _project(x, k_w, on), rtol=1e-4, atol=1e-5)
+
+
+def test_the_corpus_attention_refuses_what_it_does_not_compute():
+    """A sliding window shorter than the sequence (Phi-3 and Mixtral configs carry one) or a logit
+    soft-cap would change eager attention: the corpus' kernel raises rather than compute without."""
+    net = build_model(RunSpec(framework="plain", model="phi3", **TINY))
+    ids = torch.randint(0, 256, (2, SEQ_LEN + 1), generator=torch.Generator().manual_seed(0))
+    net.config.sliding_window = 8
+    with pytest.raises(ValueError, match="sliding window"):
+        lm_loss(net, ids)
+    net.config.sliding_window = 4096  # longer than any corpus window: the same attention
+    lm_loss(net, ids)
+
+
+def test_breakdown_reads_heads_and_layers_from_every_familys_config():
+    """GPT-2 names its sizes n_head and n_layer; GPT-2's and GPT-NeoX's configs name no KV heads
+    (a KV head per query head), Falcon's names them num_kv_heads: each run's row is its model's."""
+    from benchmarks.corpus.breakdown import DIMENSIONS
+
+    for model, heads, layers in [
+        ("gpt2", "4/4", 3),
+        ("gptneox", "4/4", 2),
+        ("falcon", "4/2", 2),
+        ("llama", "4/2", 2),
+    ]:
+        kv = 4 if model in common.UNGROUPED_MODELS else 2
+        cfg = common.model_config(model, layers, 4, kv).to_diff_dict()
+        truth = {"params": {"model": cfg}}
+        assert (DIMENSIONS["heads"](truth), DIMENSIONS["layers"](truth)) == (heads, layers), model
+    assert DIMENSIONS["heads"]({"params": {}}) == "4/2"  # a drill run: the drills' model
 
 
 def test_fall_margin_lists_the_runs_of_one_fault_class_with_their_largest_fall(tmp_path, monkeypatch, capsys):

@@ -71,15 +71,21 @@ def _settings(opt: dict) -> str:
 
 
 def _layers(model: dict) -> int:
-    """A corpus run's transformers config says ``num_hidden_layers``, a drill's model ``n_layers``."""
-    return int(model.get("num_hidden_layers", model.get("n_layers", 2)))
+    """A corpus run's transformers config says ``num_hidden_layers`` (GPT-2's ``n_layer``), a
+    drill's model ``n_layers``."""
+    return int(model.get("num_hidden_layers", model.get("n_layer", model.get("n_layers", 2))))
 
 
 def _heads(model: dict) -> str:
-    """Query heads / KV heads: a corpus run's transformers config (``num_attention_heads``,
-    ``num_key_value_heads``), a drill's model (``n_heads``, ``n_kv_heads``; the drills' 4 / 2)."""
-    q = int(model.get("num_attention_heads", model.get("n_heads", 4)))
-    return f"{q}/{int(model.get('num_key_value_heads', model.get('n_kv_heads', 2)))}"
+    """Query heads / KV heads: a corpus run's transformers config (``num_attention_heads``, GPT-2's
+    ``n_head``; ``num_key_value_heads``, Falcon's ``num_kv_heads``, none in GPT-2's and GPT-NeoX's,
+    whose KV heads are the query heads), a drill's model (``n_heads``, ``n_kv_heads``; the drills'
+    4 / 2)."""
+    if "n_heads" in model or not model:  # a drill's model
+        return f"{int(model.get('n_heads', 4))}/{int(model.get('n_kv_heads', 2))}"
+    q = int(model.get("num_attention_heads", model.get("n_head", 4)))
+    kv = model.get("num_key_value_heads", model.get("num_kv_heads"))
+    return f"{q}/{int(kv) if kv is not None else q}"
 
 
 def join(runs_dir: Path, rows: list[dict]) -> list[tuple[dict, dict]]:

@@ -98,6 +98,7 @@ MODELS = {  # name -> (model class, config class, extra config) ; MoE: 4 experts
 }
 MOE_MODELS = ("mixtral", "qwen2moe", "olmoe")
 FUSED_QKV_MODELS = ("phi3", "gptneox", "gpt2", "falcon")
+UNGROUPED_MODELS = ("gpt2", "gptneox")  # a KV head per query head: their recipes' names say -H4k4
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class RunSpec:
         assert self.benign is None or self.fault == "none"
         assert self.benign != "warmup-cut" or self.warmup / 2 <= self.onset < self.warmup
         assert self.heads % self.kv_heads == 0
+        assert self.model not in UNGROUPED_MODELS or self.kv_heads == self.heads, "no grouped KV heads"
 
     @property
     def moe(self) -> bool:

@@ -34,6 +34,13 @@ def lowprec_attention(module, query, key, value, attention_mask, scaling=None, d
         raise ValueError(f"{ATTN_IMPL}: only the 1/sqrt(head_dim) scaling is supported, got {scaling}")
     if dropout and module.training:
         raise ValueError(f"{ATTN_IMPL}: attention dropout is not supported")
+    window = kwargs.get("sliding_window")
+    if window is not None and window < query.shape[-2]:
+        raise ValueError(
+            f"{ATTN_IMPL}: a sliding window ({window}) shorter than the sequence is not supported"
+        )
+    if kwargs.get("softcap") is not None:
+        raise ValueError(f"{ATTN_IMPL}: a logit soft-cap is not supported")
     rep = query.shape[1] // key.shape[1]
     if rep > 1:
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)

@@ -62,11 +62,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from .common import RunSpec
+from .common import UNGROUPED_MODELS, RunSpec
 from .faults import LR_SHAPES
 
 STEPS = {10: 1500, 25: 1500, 50: 1500, 100: 2000, 250: 4000}
-UNGROUPED = ("gpt2", "gptneox")  # a KV head per query head: their recipes' names say -H4k4
 OPTIMIZERS = {  # adamw99b8 and adamw95-eps1e-06: reported part only
     "adamw95": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
     "adamw999": {"opt": "adamw", "lr": 3e-3, "betas": (0.9, 0.999), "eps": 1e-8, "wd": 0.01},
@@ -114,7 +113,7 @@ class Recipe:
             storage=storage,
             layers=layers,
             heads=heads[0],
-            kv_heads=heads[0] if model in UNGROUPED else heads[1],
+            kv_heads=heads[0] if model in UNGROUPED_MODELS else heads[1],
             head_dim=heads[2],
         )
 
@@ -911,7 +910,8 @@ def holdout73() -> list[RunSpec]:
     (``common.FUSED_QKV_MODELS``: Phi-3's ``qkv_proj``, GPT-NeoX's and Falcon's
     ``query_key_value``, GPT-2's Conv1D ``c_attn``), so ckptscan splits each into heads as it reads;
     GPT-2 and GPT-NeoX have a KV head per query head (``-H4k4``), GPT-2 learned positions and no
-    RoPE, GPT-NeoX rotary on a quarter of each head.  Mixtral is the fifth (dense and MoE).
+    RoPE, GPT-NeoX rotary on a quarter of each head.  The fifth is Mixtral (separate projections,
+    and the part's MoE family).
     Otherwise holdout68's design (2 layers, the narrow width, its optimizers); other seeds
     (7700-7744), the cycles shifted by 75."""
     return _held_out(seed0=7700, shift=75, models=("phi3", "gptneox", "gpt2", "falcon", "mixtral"))
