@@ -287,9 +287,9 @@ _LR["adafactor"] = _LR["adamw"]
 # Muon (holdout70, holdout71): AdamW's severities and LR shapes as they are, not tuned for it
 _LOWPREC["muon"] = _LOWPREC["muon02"] = _LOWPREC["adamw"]
 _LR["muon"] = _LR["muon02"] = _LR["adamw"]
-# Lion (holdout72): AdamW's too.  Measured before holdout72 was fixed (README.md, "Calibration of the
-# faults"; lowprec and a jump x6 only): every lowprec severity tried does harm; a jump x6 does
-# little on lion98b95 and lowers lion99's final loss (its LR of 3e-4 is cautious)
+# Lion (holdout72): AdamW's too.  Measured before holdout72 was fixed (README.md, "Calibration of
+# the faults"; lowprec, a jump x6 and one combined fault): every lowprec severity tried does harm;
+# a jump x6 does little on lion98b95 and lowers lion99's final loss (its LR of 3e-4 is cautious)
 _LOWPREC["lion"], _LR["lion"] = _LOWPREC["adamw"], _LR["adamw"]
 _KINDS = ("lowprec", "growth", "combined", "jump", "jump-growth", "lowprec", "ramp", "combined")
 
