@@ -172,8 +172,9 @@ def test_the_deeper_part_trains_every_depth_at_every_cadence():
     assert common.model_config(spec.model, spec.layers).num_hidden_layers == 6
 
 
-def test_the_fused_qkv_part_trains_every_fused_family_at_every_cadence():
-    part = recipes.PARTS["holdout73"]()
+@pytest.mark.parametrize("name", ["holdout73", "holdout74"])
+def test_the_fused_qkv_part_trains_every_fused_family_at_every_cadence(name):
+    part = recipes.PARTS[name]()
     healthy = [s for s in part if s.fault == "none" and s.benign is None]
     assert {(s.model, s.save_every) for s in healthy} >= {
         (m, e) for m in common.FUSED_QKV_MODELS for e in (10, 25, 50, 100, 250)

@@ -18,7 +18,7 @@
   ``holdout56()``, ``holdout57()``, ``holdout58()``, ``holdout59()``, ``holdout60()``,
   ``holdout61()``, ``holdout62()``, ``holdout63()``, ``holdout64()``, ``holdout65()``, ``holdout66()``,
   ``holdout67()``, ``holdout68()``, ``holdout69()``, ``holdout70()``, ``holdout71()``,
-  ``holdout72()``, ``holdout73()``: the reported
+  ``holdout72()``, ``holdout73()``, ``holdout74()``: the reported
   part's design with other seeds (300-344, 400-444, 500-544, 600-644, 700-744, 800-844, 900-944, 1000-1044,
   1100-1144, 1200-1244, 1300-1344, 1400-1444, 1500-1544, 1600-1644, 1700-1744, 1800-1844, 1900-1944,
   2000-2044, 2100-2144, 2200-2244, 2300-2344, 2400-2444, 2500-2544, 2600-2644, 2700-2744,
@@ -28,7 +28,7 @@
   5100-5144, 5200-5244, 5300-5344, 5400-5444, 5500-5544, 5600-5644, 5700-5744, 5800-5844, 5900-5944,
   6000-6044, 6100-6144, 6200-6244, 6300-6344, 6400-6444, 6500-6544, 6600-6644, 6700-6744,
   6800-6844, 6900-6944, 7000-7044, 7100-7144, 7200-7244, 7300-7344, 7400-7444, 7500-7544,
-  7600-7644, 7700-7744)
+  7600-7644, 7700-7744, 7800-7844)
   and its cycles shifted, each generated after the rules had been chosen again, or (holdout45 to
   holdout47) trained before the rules or table they were judged under were frozen, and not read
   until judged once (docs/detection-history.md says on which parts).  ``holdout52()`` is the first
@@ -40,8 +40,9 @@
   back to the narrow 2-layer models of ``holdout44()`` to ``holdout51()``; ``holdout69()`` has
   ``holdout52()``'s deeper ones (4, 6 and 8 layers); ``holdout70()`` and ``holdout71()`` train every
   recipe with Muon (the hidden matrices; AdamW on the rest), an optimizer no other part has;
-  ``holdout72()`` trains every recipe with Lion; ``holdout73()`` has model families whose
-  attention stores the query, key and value projections fused (Phi-3, GPT-NeoX, GPT-2, Falcon).
+  ``holdout72()`` trains every recipe with Lion; ``holdout73()`` and ``holdout74()`` have model
+  families whose attention stores the query, key and value projections fused (Phi-3, GPT-NeoX,
+  GPT-2, Falcon).
 
 All cover every stack (hf, plain, lightning), save cadence (10, 25, 50, 100, 250), schedule (cos,
 lin, wsd, const), dense and MoE models, AdamW and non-Adam optimizers (SGD, Adafactor; Muon in
@@ -917,6 +918,15 @@ def holdout73() -> list[RunSpec]:
     return _held_out(seed0=7700, shift=75, models=("phi3", "gptneox", "gpt2", "falcon", "mixtral"))
 
 
+def holdout74() -> list[RunSpec]:
+    """A seventy-seventh held-out part, trained after holdout73 was judged, from a commit that
+    changes no rule, and not read until judged once: holdout73's design again (Phi-3, GPT-NeoX,
+    GPT-2 and Falcon, whose attention projections are fused, and Mixtral), so that what the fused
+    families do to the verdicts is read on twice the runs.  Other seeds (7800-7844), the cycles
+    shifted by 76."""
+    return _held_out(seed0=7800, shift=76, models=("phi3", "gptneox", "gpt2", "falcon", "mixtral"))
+
+
 REFERENCE_SEED_OFFSET = 50  # a reference part's seeds: its part's seeds + 50 (6850-6894 for holdout64)
 
 
@@ -1101,4 +1111,5 @@ PARTS = {
     "holdout71": holdout71,
     "holdout72": holdout72,
     "holdout73": holdout73,
+    "holdout74": holdout74,
 }
