@@ -87,9 +87,9 @@ MODELS = {  # name -> (model class, config class, extra config) ; MoE: 4 experts
         ),
     ),
     "olmoe": (OlmoeForCausalLM, OlmoeConfig, dict(intermediate_size=32, num_experts=4, **_MOE)),
-    # fused query/key/value projections (holdout73): Phi-3 (qkv_proj, all q rows, then k, then v;
+    # fused query/key/value projections (holdout73, holdout74): Phi-3 (qkv_proj, all q rows, then k, then v;
     # grouped KV heads), GPT-NeoX (query_key_value, per head q, k, v; rotary on a quarter of each
-    # head), GPT-2 (Conv1D c_attn stored [d, 3d]; learned positions, LayerNorm, GELU; no grouping),
+    # head), GPT-2 (Conv1D c_attn stored [d, 3d]; learned positions, LayerNorm, gelu_new; no grouping),
     # Falcon's new decoder architecture (query_key_value per KV group); no dropout anywhere
     "phi3": (Phi3ForCausalLM, Phi3Config, dict(intermediate_size=128, resid_pdrop=0.0, embd_pdrop=0.0)),
     "gptneox": (GPTNeoXForCausalLM, GPTNeoXConfig, dict(intermediate_size=128, hidden_dropout=0.0)),
