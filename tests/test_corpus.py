@@ -27,6 +27,11 @@ from ckptscan.drills.evaluate import recipe_key
 TINY = {"opt": "adamw", "lr": 3e-3, "schedule": "cos", "warmup": 10, "steps": 60, "save_every": 20, "seed": 0}
 
 
+def _kv_heads(model: str) -> int:
+    """A tiny model's KV heads: 2 of its 4 query heads, or 4 where the family has no grouping."""
+    return 4 if model in common.UNGROUPED_MODELS else 2
+
+
 def _grads(model, ids):
     model.zero_grad(set_to_none=True)
     loss, ce = lm_loss(model, ids)
@@ -36,9 +41,7 @@ def _grads(model, ids):
 
 @pytest.mark.parametrize("name", ["llama", "mixtral", *common.FUSED_QKV_MODELS])
 def test_lowprec_kernel_matches_eager_attention_when_inactive(name):
-    spec = RunSpec(
-        framework="plain", model=name, kv_heads=4 if name in common.UNGROUPED_MODELS else 2, **TINY
-    )
+    spec = RunSpec(framework="plain", model=name, kv_heads=_kv_heads(name), **TINY)
     ours = build_model(spec)
     eager = build_model(spec)
     eager.config._attn_implementation = "eager"
@@ -737,8 +740,7 @@ def _steps_with_a_closure(optim, model, ids) -> None:
 
 @pytest.mark.parametrize("model", sorted(common.MODELS))
 def test_muon_and_adamw_share_out_every_parameter_once_and_step_runs_the_closure(model):
-    kv = 4 if model in common.UNGROUPED_MODELS else 2
-    spec = RunSpec(framework="plain", model=model, kv_heads=kv, **{**TINY, "opt": "muon"})
+    spec = RunSpec(framework="plain", model=model, kv_heads=_kv_heads(model), **{**TINY, "opt": "muon"})
     net = build_model(spec)
     optim = common.build_optimizer(net, spec)
     muon = [id(p) for g in optim.muon.param_groups for p in g["params"]]
@@ -842,7 +844,7 @@ def test_ckptscan_splits_each_familys_attention_into_the_heads_the_library_compu
     from ckptscan.monitors.activations import RopeSpec, _project
     from tests.test_layouts import Recorder, infos_of
 
-    kv = 4 if model in common.UNGROUPED_MODELS else 2
+    kv = _kv_heads(model)
     spec = RunSpec(framework="plain", model=model, kv_heads=kv, **TINY)
     net = build_model(spec)
     with torch.no_grad():
@@ -913,8 +915,7 @@ def test_breakdown_reads_heads_and_layers_from_every_familys_config():
         ("falcon", "4/2", 2),
         ("llama", "4/2", 2),
     ]:
-        kv = 4 if model in common.UNGROUPED_MODELS else 2
-        cfg = common.model_config(model, layers, 4, kv).to_diff_dict()
+        cfg = common.model_config(model, layers, 4, _kv_heads(model)).to_diff_dict()
         truth = {"params": {"model": cfg}}
         assert (DIMENSIONS["heads"](truth), DIMENSIONS["layers"](truth)) == (heads, layers), model
     assert DIMENSIONS["heads"]({"params": {}}) == "4/2"  # a drill run: the drills' model

@@ -220,7 +220,7 @@ def model_config(name: str, layers: int = 2, heads: int = 4, kv_heads: int = 2, 
     if name == "falcon":  # Falcon names its KV heads num_kv_heads, and derives the head width
         dims["num_kv_heads"] = dims.pop("num_key_value_heads")
         del dims["head_dim"]
-    if name in ("gpt2", "gptneox"):  # no grouped KV heads (a KV head per query head): the config
+    if name in UNGROUPED_MODELS:  # no grouped KV heads (a KV head per query head): the config
         del dims["num_key_value_heads"]  # says nothing of them, as the real ones do not
     cfg = config_cls(**dims, **extra)
     cfg._attn_implementation = faults.ATTN_IMPL

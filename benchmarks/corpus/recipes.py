@@ -79,7 +79,7 @@ OPTIMIZERS = {  # adamw99b8 and adamw95-eps1e-06: reported part only
     "muon": {"opt": "muon", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
     "muon02": {"opt": "muon02", "lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "wd": 0.1},
     # Lion (``common.Lion``), holdout72 only: the paper's advice, an LR 3-10x below AdamW's and a
-    # weight decay as much larger; lion98b95 has the betas it recommends for language models
+    # weight decay as much larger; lion98b95 has the betas it trained language models with
     "lion99": {"opt": "lion", "lr": 3e-4, "betas": (0.9, 0.99), "eps": None, "wd": 1.0},
     "lion98b95": {"opt": "lion", "lr": 1e-3, "betas": (0.95, 0.98), "eps": None, "wd": 0.3},
 }
@@ -904,6 +904,9 @@ def holdout72() -> list[RunSpec]:
     return _held_out(seed0=7600, shift=74, opts=("lion99", "lion98b95"))
 
 
+FUSED_PART_MODELS = ("phi3", "gptneox", "gpt2", "falcon", "mixtral")  # holdout73, holdout74
+
+
 def holdout73() -> list[RunSpec]:
     """A seventy-sixth held-out part, trained after holdout72 was judged, from a commit that
     changes no rule, and not read until judged once: four of its five model families store the
@@ -915,7 +918,7 @@ def holdout73() -> list[RunSpec]:
     and the part's MoE family).
     Otherwise holdout68's design (2 layers, the narrow width, its optimizers); other seeds
     (7700-7744), the cycles shifted by 75."""
-    return _held_out(seed0=7700, shift=75, models=("phi3", "gptneox", "gpt2", "falcon", "mixtral"))
+    return _held_out(seed0=7700, shift=75, models=FUSED_PART_MODELS)
 
 
 def holdout74() -> list[RunSpec]:
@@ -924,7 +927,7 @@ def holdout74() -> list[RunSpec]:
     GPT-2 and Falcon, whose attention projections are fused, and Mixtral), so that what the fused
     families do to the verdicts is read on twice the runs.  Other seeds (7800-7844), the cycles
     shifted by 76."""
-    return _held_out(seed0=7800, shift=76, models=("phi3", "gptneox", "gpt2", "falcon", "mixtral"))
+    return _held_out(seed0=7800, shift=76, models=FUSED_PART_MODELS)
 
 
 REFERENCE_SEED_OFFSET = 50  # a reference part's seeds: its part's seeds + 50 (6850-6894 for holdout64)
